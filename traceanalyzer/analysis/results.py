@@ -1,0 +1,174 @@
+"""Typed results of the analyses: the one contract between analyses, findings and renderers.
+
+Analyses fill these objects with exact integer-ns numbers and DataFrames; renderers (terminal, JSON, HTML)
+format them. ``Summary.to_json()`` is the stable ``summary --json`` contract of docs/ARCHITECTURE.md: fields may
+be added, never renamed or dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+JSON_SCHEMA_VERSION = "1.0"
+
+
+def _empty_df() -> pd.DataFrame:
+    return pd.DataFrame()
+
+
+@dataclass
+class TraceMeta:
+    """Header facts of one input file (never environment or credential data)."""
+
+    path: str
+    format: str
+    tool_version: str | None
+    schema_version: str | None
+    ranks: list[int]
+    devices: list[dict[str, Any]]
+    window_ns: tuple[int, int] | None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "tool_version": self.tool_version,
+                "schema_version": self.schema_version, "ranks": self.ranks, "devices": self.devices,
+                "window_ns": list(self.window_ns) if self.window_ns else None, "warnings": self.warnings}
+
+
+@dataclass
+class DeviceSummary:
+    """Time breakdown of one (rank, device). All times integer ns, intervals half-open."""
+
+    rank: int
+    device: int
+    name: str | None
+    trace: str
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    bucket_ns: dict[str, int]  # union of each bucket's intervals
+    bucket_exclusive_ns: dict[str, int]  # busy split by precedence, parts add up to busy_ns
+    comm_ns: int
+    comm_hidden_ns: int
+    comm_exposed_ns: int  # = SM-idle during collectives
+    overlap_pct: float | None  # hidden / comm * 100, None when comm_ns == 0
+    steps: int
+    step_ns_median: int | None
+    comm_exposed_per_step_ns: int | None
+    step_source: str = "none"  # profiler_step | nvtx:<name> | detected | none
+    layer_source: str = "none"  # nvtx:<pattern> | collective_period | none
+    comm_streams: list[int] = field(default_factory=list)
+    compute_streams: list[int] = field(default_factory=list)
+    comm_serialized_with_compute: bool = False  # comm kernels share a stream with compute kernels
+    per_step: pd.DataFrame = field(default_factory=_empty_df)
+    per_layer: pd.DataFrame = field(default_factory=_empty_df)
+    collectives: pd.DataFrame = field(default_factory=_empty_df)
+    top_kernels: pd.DataFrame = field(default_factory=_empty_df)
+    comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "device": self.device, "name": self.name, "trace": self.trace,
+            "span_ns": self.span_ns, "busy_ns": self.busy_ns, "idle_ns": self.idle_ns,
+            "bucket_ns": self.bucket_ns, "bucket_exclusive_ns": self.bucket_exclusive_ns,
+            "comm_ns": self.comm_ns, "comm_hidden_ns": self.comm_hidden_ns,
+            "comm_exposed_ns": self.comm_exposed_ns, "overlap_pct": self.overlap_pct,
+            "steps": self.steps, "step_ns_median": self.step_ns_median,
+            "comm_exposed_per_step_ns": self.comm_exposed_per_step_ns,
+            "step_source": self.step_source, "layer_source": self.layer_source,
+            "comm_streams": self.comm_streams, "compute_streams": self.compute_streams,
+            "comm_serialized_with_compute": self.comm_serialized_with_compute,
+            **self.extra,
+        }
+
+
+@dataclass
+class CrossRankSummary:
+    """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew."""
+
+    collectives_matched: int
+    wait_ns_by_rank: dict[int, int]
+    transfer_ns_per_step: int | None
+    straggler_rank: int | None
+    match_method: str = ""
+    per_collective: pd.DataFrame = field(default_factory=_empty_df)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"collectives_matched": self.collectives_matched,
+                "wait_ns_by_rank": {str(k): v for k, v in self.wait_ns_by_rank.items()},
+                "transfer_ns_per_step": self.transfer_ns_per_step, "straggler_rank": self.straggler_rank,
+                "match_method": self.match_method, **self.extra}
+
+
+@dataclass
+class WhatIf:
+    """Step time a user would save if communication were free."""
+
+    comm_free_step_saving_ns: int | None
+    basis: str  # gpu_transfer | host_launch | mixed
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"comm_free_step_saving_ns": self.comm_free_step_saving_ns, "basis": self.basis, **self.details}
+
+
+@dataclass
+class Finding:
+    """One diagnosis with its quantified impact and the evidence behind it."""
+
+    id: str
+    title: str
+    impact_ns_per_step: int | None
+    evidence: dict[str, Any]
+    impact_pct_of_step: float | None = None
+    severity: str = "info"  # high | medium | low | info
+    recommendation: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "impact_ns_per_step": self.impact_ns_per_step,
+                "impact_pct_of_step": self.impact_pct_of_step, "severity": self.severity,
+                "recommendation": self.recommendation, "evidence": self.evidence}
+
+
+@dataclass
+class Summary:
+    """Everything ``summary`` and ``report`` show, for one or several traces (ranks)."""
+
+    traces: list[TraceMeta]
+    devices: list[DeviceSummary]
+    cross_rank: CrossRankSummary | None
+    what_if: WhatIf
+    findings: list[Finding] = field(default_factory=list)
+    gpu_metrics: pd.DataFrame | None = None  # per device/metric (and bucket) aggregates
+    power: dict[str, Any] | None = None  # nvidia-smi log aligned with the trace
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "traces": [t.to_json() for t in self.traces],
+            "devices": [d.to_json() for d in self.devices],
+            "cross_rank": self.cross_rank.to_json() if self.cross_rank else None,
+            "what_if": self.what_if.to_json(),
+            "findings": [f.to_json() for f in self.findings],
+            "warnings": self.warnings,
+        }
+        if self.gpu_metrics is not None and len(self.gpu_metrics):
+            out["gpu_metrics"] = _records(self.gpu_metrics)
+        if self.power is not None:
+            out["power"] = self.power
+        out.update(self.extra)
+        return out
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-safe dicts (numpy scalars to Python, NaN to None)."""
+    clean = df.astype(object).where(pd.notna(df), None)
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+            for row in clean.to_dict(orient="records")]

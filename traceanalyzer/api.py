@@ -1,0 +1,66 @@
+"""The library surface: every CLI command is one call of a function here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import EmptyTraceError
+from .loaders import ProgressFn, detect_format, expand_paths, load_one
+from .trace import Trace
+
+PathLike = str | Path
+
+
+def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
+         progress: ProgressFn | None = None) -> Trace:
+    """Load one trace file (nsys SQLite export or Kineto JSON/.json.gz) into a normalized :class:`Trace`.
+
+    With ``classify`` (default) the kernel table gets bucket/sub-bucket/precision/rule columns from the
+    default rules, extended by the user rules file ``rules`` when given.
+    """
+    trace = load_one(path, progress=progress)
+    if classify:
+        from .classify import classify_trace
+
+        trace = classify_trace(trace, rules=rules)
+    return trace
+
+
+def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,
+              jobs: int = 1, progress: ProgressFn | None = None) -> list[Trace]:
+    """Load several files or directories of rank traces; one Trace per file, in path order.
+
+    ``jobs > 1`` loads files in that many worker processes.
+    """
+    files = expand_paths(list(paths))
+    if jobs > 1 and len(files) > 1:
+        from .parallel import map_files
+
+        return map_files(files, rules=rules, classify=classify, jobs=jobs)
+    return [load(f, rules=rules, classify=classify, progress=progress) for f in files]
+
+
+def info(path: PathLike) -> dict[str, Any]:
+    """What a trace file holds (format, versions, devices, raw activity counts) — the ``info`` JSON contract."""
+    trace = load_one(path)
+    if trace.raw_counts.get("kernels", 0) == 0 and trace.format == "nsys-sqlite" \
+            and not trace.capabilities.get("has_kernel_table", True):
+        raise EmptyTraceError(path, "export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL)",
+                              "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node")
+    counts = {key: int(trace.raw_counts.get(key, 0))
+              for key in ("kernels", "memcpy", "memset", "nvtx_ranges", "gpu_metrics_samples")}
+    return {
+        "format": trace.format,
+        "tool_version": trace.tool_version,
+        "schema_version": trace.schema_version,
+        "devices": [{"device": d.device, "name": d.name, "rank": d.rank} for d in trace.devices],
+        "counts": counts,
+        "ranks": sorted({d.rank for d in trace.devices if d.rank is not None}),
+        "capabilities": trace.capabilities,
+        "warnings": list(trace.warnings),
+    }
+
+
+__all__ = ["detect_format", "info", "load", "load_many"]

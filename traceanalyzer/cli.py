@@ -1,0 +1,169 @@
+"""The ``traceanalyzer`` command: thin shells over the library, one error boundary."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import ExitCode, TraceAnalyzerError
+
+_TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+_RULES = click.option("--rules", type=click.Path(path_type=Path), default=None,
+                      help="TOML file of extra classification rules (checked before the defaults).")
+_JOBS = click.option("--jobs", "-j", type=int, default=1, show_default=True,
+                     help="Load rank files in this many worker processes.")
+
+
+def _emit_json(payload: Any) -> None:
+    click.echo(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceanalyzer")
+@click.option("--traceback", is_flag=True, help="Show the Python traceback of errors (for bug reports).")
+@click.pass_context
+def cli(ctx: click.Context, traceback: bool) -> None:
+    """Explain GPU traces: kernel buckets, exposed communication, SM-idle during collectives, findings."""
+    ctx.obj = {"traceback": traceback}
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the info JSON contract.")
+def info(trace: Path, as_json: bool) -> None:
+    """What TRACE holds: format, tool/schema version, devices, activity counts."""
+    from .api import info as info_fn
+
+    result = info_fn(trace)
+    if as_json:
+        _emit_json({k: result[k] for k in ("format", "tool_version", "schema_version", "devices", "counts")}
+                   | {k: v for k, v in result.items() if k not in ("capabilities",)})
+        return
+    from .render.terminal import print_info
+
+    print_info(trace, result)
+
+
+@cli.command()
+@click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the classification JSON contract.")
+@_RULES
+def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
+    """Classify kernel names (one per line; '-' reads stdin) into buckets."""
+    from .classify import classify_names, read_names
+
+    results = classify_names(read_names(names_file), rules=rules)
+    if as_json:
+        _emit_json([r.to_dict() for r in results])
+        return
+    from .render.terminal import print_classification
+
+    print_classification(results)
+
+
+@cli.command()
+@_TRACES
+@click.option("--json", "as_json", is_flag=True, help="Print the summary JSON contract.")
+@click.option("--hta-compat", is_flag=True, help="HolisticTraceAnalysis 0.5.0 conventions (µs, last step dropped).")
+@_RULES
+@_JOBS
+@click.option("--step-range", default=None, help="NVTX range name that marks a step (default: ProfilerStep).")
+@click.option("--layer-pattern", default=r"layer_?\d+", show_default=True,
+              help="Regex of NVTX range names that mark layers.")
+@click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
+              help="nvidia-smi CSV log (power, clocks) to align with the trace.")
+def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Path | None, jobs: int,
+            step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
+    """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings."""
+    from .progress import progress_bar
+
+    if hta_compat:
+        from .analysis.hta_compat import hta_compat as hta_fn
+
+        with progress_bar("loading") as progress:
+            result = hta_fn(list(traces), progress=progress)
+        if as_json:
+            _emit_json(result.to_json())
+        else:
+            from .render.terminal import print_hta_compat
+
+            print_hta_compat(result)
+        return
+    from .analysis.summary import summarize_paths
+
+    with progress_bar("loading") as progress:
+        result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
+                                 layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress)
+    if as_json:
+        _emit_json(result.to_json())
+        return
+    from .render.terminal import print_summary
+
+    print_summary(result)
+
+
+@cli.command()
+@_TRACES
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="HTML file to write (default: reports/<first trace name>.html).")
+@_RULES
+@_JOBS
+@click.option("--step-range", default=None, help="NVTX range name that marks a step (default: ProfilerStep).")
+@click.option("--layer-pattern", default=r"layer_?\d+", show_default=True,
+              help="Regex of NVTX range names that mark layers.")
+@click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
+              help="nvidia-smi CSV log (power, clocks) to align with the trace.")
+@click.option("--cdn", is_flag=True, help="Load plotly from its CDN instead of inlining it (smaller file).")
+def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jobs: int,
+           step_range: str | None, layer_pattern: str, gpu_log: Path | None, cdn: bool) -> None:
+    """Terminal summary plus a single self-contained HTML report."""
+    from .progress import progress_bar
+    from .report import report as report_fn
+
+    with progress_bar("loading") as progress:
+        written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
+                                    layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress)
+    from .render.terminal import print_summary
+
+    print_summary(result)
+    click.echo(f"report written: {written}", err=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and turn errors into one-line messages and exit codes."""
+    args = sys.argv[1:] if argv is None else argv
+    show_tb = "--traceback" in args
+    try:
+        cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return ExitCode.BAD_INPUT
+    except click.ClickException as exc:
+        exc.show()
+        return ExitCode.BAD_INPUT
+    except TraceAnalyzerError as exc:
+        if show_tb:
+            raise
+        click.echo(f"Error: {exc}", err=True)
+        return int(exc.exit_code)
+    except BrokenPipeError:
+        return ExitCode.OK
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return 130
+    except Exception as exc:  # the one place an unexpected failure becomes a message
+        if show_tb:
+            raise
+        click.echo(f"Error: internal error: {type(exc).__name__}: {exc} — rerun with --traceback and report it",
+                   err=True)
+        return ExitCode.INTERNAL_ERROR
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

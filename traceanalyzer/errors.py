@@ -1,0 +1,48 @@
+"""Typed errors and exit codes: the one place where failures become messages."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from pathlib import Path
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of the ``traceanalyzer`` command (a stable contract)."""
+
+    OK = 0
+    INTERNAL_ERROR = 1
+    BAD_INPUT = 2
+
+
+class TraceAnalyzerError(Exception):
+    """Base class of every error traceanalyzer raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL_ERROR
+
+
+class BadInputError(TraceAnalyzerError):
+    """A file or argument the user gave cannot be used; the message names it and the problem."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, path: str | Path | None, problem: str, hint: str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        self.hint = hint
+        where = f"{self.path}: " if self.path is not None else ""
+        message = f"{where}{problem}"
+        if hint:
+            message += f" — {hint}"
+        super().__init__(message)
+
+
+class UnknownFormatError(BadInputError):
+    """The file is neither an nsys SQLite export nor a Kineto JSON trace."""
+
+
+class EmptyTraceError(BadInputError):
+    """The file is a trace but holds nothing to analyse (for example no kernel activity)."""
+
+
+class RulesError(BadInputError):
+    """A user rules file cannot be read or has an invalid rule."""

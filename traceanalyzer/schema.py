@@ -1,0 +1,139 @@
+"""The normalized tables of a Trace, declared once: every column with dtype, unit and meaning.
+
+Loaders fill these tables; analyses read them; docs are generated from this module. Times are
+integer nanoseconds on one clock per trace; ``-1`` marks "not known" in integer columns; string
+columns hold ids into the trace's string pool (``Trace.strings``), ``-1`` for none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a normalized table."""
+
+    name: str
+    dtype: str
+    unit: str
+    doc: str
+    string: bool = False  # values are ids into Trace.strings
+
+
+def _c(name: str, dtype: str, unit: str, doc: str, string: bool = False) -> Column:
+    return Column(name, dtype, unit, doc, string)
+
+
+_WHO = [
+    _c("pid", "int64", "", "process id (nsys: globalPid >> 24 & 0xFFFFFF; Kineto: pid of the event)"),
+    _c("rank", "int32", "", "distributed rank of the process, -1 if unknown"),
+]
+
+TABLES: dict[str, list[Column]] = {
+    "kernels": [
+        _c("start_ns", "int64", "ns", "kernel start"),
+        _c("end_ns", "int64", "ns", "kernel end (exclusive)"),
+        *_WHO,
+        _c("device", "int32", "", "GPU index the kernel ran on"),
+        _c("stream", "int64", "", "CUDA stream id"),
+        _c("correlation", "int64", "", "correlation id linking to the launching host API call"),
+        _c("external_id", "int64", "", "Kineto External id linking to the CPU op, -1 if none"),
+        _c("name_id", "int32", "", "full (demangled) kernel name", string=True),
+        _c("short_name_id", "int32", "", "nsys shortName, -1 if the format has none", string=True),
+        _c("graph_id", "int64", "", "CUDA graph id (node-level graph capture), -1 if not from a graph"),
+        _c("grid", "int64", "threads", "grid size in blocks (x*y*z), -1 if unknown"),
+        _c("block", "int64", "threads", "block size in threads (x*y*z), -1 if unknown"),
+    ],
+    "memops": [
+        _c("start_ns", "int64", "ns", "operation start"),
+        _c("end_ns", "int64", "ns", "operation end (exclusive)"),
+        *_WHO,
+        _c("device", "int32", "", "GPU index"),
+        _c("stream", "int64", "", "CUDA stream id"),
+        _c("correlation", "int64", "", "correlation id of the launching API call"),
+        _c("kind_id", "int32", "", "'memcpy' or 'memset'", string=True),
+        _c("copy_kind_id", "int32", "", "HtoD, DtoH, DtoD, HtoH, PtoP, or unknown (memset: -1)", string=True),
+        _c("bytes", "int64", "B", "bytes moved or set, -1 if unknown"),
+        _c("src_device", "int32", "", "source device of a peer copy, -1 if not known"),
+        _c("dst_device", "int32", "", "destination device of a peer copy, -1 if not known"),
+        _c("name_id", "int32", "", "activity name as the trace spells it", string=True),
+    ],
+    "ranges": [
+        _c("start_ns", "int64", "ns", "range start"),
+        _c("end_ns", "int64", "ns", "range end; equal to start for marks; -1 if never closed"),
+        *_WHO,
+        _c("tid", "int64", "", "thread id (CPU ranges), -1 otherwise"),
+        _c("device", "int32", "", "GPU index for GPU-side ranges (gpu_user_annotation), -1 for CPU ranges"),
+        _c("stream", "int64", "", "stream of GPU-side ranges, -1 otherwise"),
+        _c("kind_id", "int32", "", "nvtx | user_annotation | gpu_user_annotation | profiler_step | cpu_op | "
+           "python_function | nvtx_mark", string=True),
+        _c("name_id", "int32", "", "range text", string=True),
+        _c("domain_id", "int32", "", "NVTX domain name (e.g. NCCL), -1 for the default domain", string=True),
+        _c("correlation", "int64", "", "correlation id (Kineto cpu ops), -1 if none"),
+        _c("external_id", "int64", "", "Kineto External id, -1 if none"),
+    ],
+    "api_calls": [
+        _c("start_ns", "int64", "ns", "host API call start"),
+        _c("end_ns", "int64", "ns", "host API call end"),
+        *_WHO,
+        _c("tid", "int64", "", "thread id"),
+        _c("correlation", "int64", "", "correlation id shared with the GPU activity it launched"),
+        _c("external_id", "int64", "", "Kineto External id, -1 if none"),
+        _c("name_id", "int32", "", "API name without version suffix (cudaLaunchKernel)", string=True),
+    ],
+    "graph_launches": [
+        _c("start_ns", "int64", "ns", "start of a whole CUDA-graph execution (nsys graph-level trace)"),
+        _c("end_ns", "int64", "ns", "end of the graph execution"),
+        *_WHO,
+        _c("device", "int32", "", "GPU index"),
+        _c("stream", "int64", "", "CUDA stream id"),
+        _c("correlation", "int64", "", "correlation id of cudaGraphLaunch"),
+        _c("graph_id", "int64", "", "graph id"),
+    ],
+    "gpu_metrics": [
+        _c("timestamp_ns", "int64", "ns", "sample time"),
+        _c("device", "int32", "", "GPU index"),
+        _c("metric_id", "int32", "", "metric name, e.g. 'SMs Active [Throughput %]'", string=True),
+        _c("value", "float64", "", "sample value in the metric's own unit"),
+    ],
+    "collectives": [
+        _c("start_ns", "int64", "ns", "start of the host op that issued the collective"),
+        _c("end_ns", "int64", "ns", "end of that host op"),
+        *_WHO,
+        _c("external_id", "int64", "", "External id shared with the kernels it launched, -1 if none"),
+        _c("correlation", "int64", "", "correlation id, -1 if none"),
+        _c("name_id", "int32", "", "collective name (allreduce, allgather, send, ...)", string=True),
+        _c("in_nelems", "int64", "elements", "input message size in elements, -1 if unknown"),
+        _c("out_nelems", "int64", "elements", "output message size in elements, -1 if unknown"),
+        _c("dtype_id", "int32", "", "element type (Float, BFloat16, ...)", string=True),
+        _c("bytes", "int64", "B", "input message size in bytes, -1 if unknown"),
+        _c("group_size", "int32", "", "process-group size, -1 if unknown"),
+        _c("pg_name_id", "int32", "", "process-group name", string=True),
+        _c("pg_ranks_id", "int32", "", "process-group ranks as text, e.g. '[0, 1]'", string=True),
+        _c("seq", "int64", "", "collective sequence number within the process group, -1 if unknown"),
+    ],
+}
+
+
+def empty_columns(table: str, n: int = 0) -> dict[str, np.ndarray]:
+    """Columns of ``table`` filled with ``-1`` (or NaN for floats), length ``n``."""
+    cols: dict[str, np.ndarray] = {}
+    for col in TABLES[table]:
+        fill = np.nan if col.dtype.startswith("float") else -1
+        cols[col.name] = np.full(n, fill, dtype=col.dtype)
+    return cols
+
+
+def schema_markdown() -> str:
+    """The table reference as Markdown (used to generate docs/SCHEMA.md)."""
+    lines = ["# Trace tables", ""]
+    for table, cols in TABLES.items():
+        lines += [f"## `{table}`", "", "| column | dtype | unit | meaning |", "|---|---|---|---|"]
+        for c in cols:
+            kind = "string id" if c.string else c.dtype
+            lines.append(f"| `{c.name}` | {kind} | {c.unit} | {c.doc} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""The normalized Trace: plain columnar data that every loader produces and every analysis reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .schema import TABLES, empty_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class StringPool:
+    """Interns strings once; tables store int32 ids into it (``-1`` = no string)."""
+
+    __slots__ = ("_ids", "values")
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self.values: list[str] = []
+        self._ids: dict[str, int] = {}
+        for v in values:
+            self.intern(v)
+
+    def intern(self, value: str) -> int:
+        """Id of ``value``, adding it if new."""
+        got = self._ids.get(value)
+        if got is None:
+            got = len(self.values)
+            self._ids[value] = got
+            self.values.append(value)
+        return got
+
+    def intern_many(self, values: Iterable[str | None]) -> np.ndarray:
+        """Ids (int32) of many values; ``None`` becomes ``-1``."""
+        return np.fromiter(
+            (-1 if v is None else self.intern(v) for v in values), dtype=np.int32
+        )
+
+    def get(self, value: str) -> int:
+        """Id of ``value`` or ``-1`` when it was never interned."""
+        return self._ids.get(value, -1)
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Strings (object array) for an id array; ``-1`` becomes ``None``."""
+        pool = np.array([*self.values, None], dtype=object)
+        ids = np.asarray(ids, dtype=np.int64)
+        return pool[np.where(ids < 0, len(self.values), ids)]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> str:
+        return self.values[i]
+
+
+class Table:
+    """A fixed set of equally long numpy columns (see ``schema.TABLES``)."""
+
+    __slots__ = ("columns", "name")
+
+    def __init__(self, name: str, columns: Mapping[str, np.ndarray]) -> None:
+        self.name = name
+        self.columns: dict[str, np.ndarray] = dict(columns)
+        lengths = {len(v) for v in self.columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"table {name}: columns of different lengths {sorted(lengths)}")
+
+    @classmethod
+    def empty(cls, name: str, n: int = 0) -> Table:
+        """A table of ``n`` rows with every declared column set to ``-1``."""
+        return cls(name, empty_columns(name, n))
+
+    @classmethod
+    def from_columns(cls, name: str, n: int, **values: Any) -> Table:
+        """Declared columns cast to their dtypes; columns not given are ``-1``; extra columns are kept."""
+        cols = empty_columns(name, n)
+        for key, val in values.items():
+            dtype = cols[key].dtype if key in cols else None
+            arr = np.asarray(val, dtype=dtype)
+            if arr.ndim == 0:
+                arr = np.full(n, arr, dtype=arr.dtype)
+            cols[key] = arr
+        return cls(name, cols)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self.columns[column]
+
+    def __contains__(self, column: str) -> bool:
+        return column in self.columns
+
+    def take(self, index: np.ndarray) -> Table:
+        """Rows selected by a boolean mask or an integer index."""
+        return Table(self.name, {k: v[index] for k, v in self.columns.items()})
+
+    def with_columns(self, **new: np.ndarray) -> Table:
+        """A copy with columns added or replaced."""
+        cols = dict(self.columns)
+        cols.update(new)
+        return Table(self.name, cols)
+
+    def sorted_by(self, *keys: str) -> Table:
+        """Rows ordered by the given columns (first key most significant), stable."""
+        order = np.lexsort([self.columns[k] for k in reversed(keys)])
+        return self.take(order)
+
+    @staticmethod
+    def concat(name: str, parts: list[Table]) -> Table:
+        """Rows of several tables of the same kind, one after the other."""
+        if not parts:
+            return Table.empty(name)
+        keys = list(parts[0].columns)
+        return Table(name, {k: np.concatenate([p.columns[k] for p in parts]) for k in keys})
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A GPU seen in the trace."""
+
+    device: int
+    name: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+    sm_count: int | None = None
+    compute_capability: str | None = None
+    memory_bytes: int | None = None
+
+
+@dataclass
+class Trace:
+    """One trace file, normalized. Times are integer ns on the trace's own clock.
+
+    ``base_time_ns`` converts that clock to UTC epoch ns (``utc = t + base_time_ns``) when the trace says so.
+    """
+
+    path: str
+    format: str  # "nsys-sqlite" | "kineto-json"
+    strings: StringPool
+    tables: dict[str, Table]
+    devices: list[DeviceInfo] = field(default_factory=list)
+    tool_version: str | None = None
+    schema_version: str | None = None
+    base_time_ns: int | None = None
+    world_size: int | None = None
+    raw_counts: dict[str, int] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in TABLES:
+            self.tables.setdefault(name, Table.empty(name))
+
+    # -- convenient access -------------------------------------------------------------------
+    @property
+    def kernels(self) -> Table:
+        return self.tables["kernels"]
+
+    @property
+    def memops(self) -> Table:
+        return self.tables["memops"]
+
+    @property
+    def ranges(self) -> Table:
+        return self.tables["ranges"]
+
+    @property
+    def api_calls(self) -> Table:
+        return self.tables["api_calls"]
+
+    @property
+    def gpu_metrics(self) -> Table:
+        return self.tables["gpu_metrics"]
+
+    @property
+    def collectives(self) -> Table:
+        return self.tables["collectives"]
+
+    @property
+    def graph_launches(self) -> Table:
+        return self.tables["graph_launches"]
+
+    @property
+    def ranks(self) -> list[int]:
+        """Distinct ranks that have kernels (``-1`` when the rank is unknown)."""
+        return sorted(int(r) for r in np.unique(self.kernels["rank"]))
+
+    def with_table(self, name: str, table: Table) -> Trace:
+        """A copy of the trace with one table replaced (tables are shared, not copied)."""
+        tables = dict(self.tables)
+        tables[name] = table
+        return replace(self, tables=tables)
+
+    def names(self, ids: np.ndarray) -> np.ndarray:
+        """Strings for string-pool ids (object array, ``None`` for ``-1``)."""
+        return self.strings.lookup(ids)
+
+    def df(self, table: str) -> pd.DataFrame:
+        """A table as a pandas DataFrame; string-id columns become categorical string columns."""
+        import pandas as pd
+
+        from .schema import TABLES as DECL
+
+        t = self.tables[table]
+        string_cols = {c.name for c in DECL.get(table, []) if c.string}
+        string_cols |= {k for k in t.columns if k.endswith("_id") and t[k].dtype == np.int32}
+        data: dict[str, Any] = {}
+        categories = pd.Index(self.strings.values, dtype=object)
+        for key, arr in t.columns.items():
+            if key in string_cols:
+                out = key[:-3] if key.endswith("_id") else key
+                data[out] = pd.Categorical.from_codes(arr.astype(np.int64), categories=categories,
+                                                      validate=False) if len(categories) else arr
+            else:
+                data[key] = arr
+        return pd.DataFrame(data)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={len(v)}" for k, v in self.tables.items() if len(v))
+        return f"Trace({self.format}, {self.path!r}, {sizes})"
