@@ -1,0 +1,224 @@
+"""Vectorized interval algebra over half-open ``[start, end)`` int64 nanosecond arrays.
+
+Every function is O(n log n) numpy over sorted arrays, with no Python loop per interval. A *set* is a pair
+``(starts, ends)`` of int64 arrays; a *union* (the result of :func:`union`) is a set whose intervals are sorted,
+non-empty, disjoint and not touching (``[0, 5) + [5, 9)`` merges into ``[0, 9)``). Zero-length intervals
+contribute nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+_I64 = np.int64
+
+
+def _arrays(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    s = np.asarray(starts, dtype=_I64).ravel()
+    e = np.asarray(ends, dtype=_I64).ravel()
+    if s.shape != e.shape:
+        raise ValueError(f"starts and ends differ in length ({len(s)} vs {len(e)})")
+    return s, e
+
+
+def empty() -> Intervals:
+    """The empty set."""
+    return np.empty(0, dtype=_I64), np.empty(0, dtype=_I64)
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """Merge any intervals into a union: sorted, disjoint, touching intervals joined, empty ones dropped."""
+    s, e = _arrays(starts, ends)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return empty()
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # a new merged interval begins where the start lies beyond everything seen so far
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], reach[last]
+
+
+def total(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Length of the union of the intervals (overlaps counted once)."""
+    s, e = union(starts, ends)
+    return int((e - s).sum())
+
+
+def lengths_sum(u: Intervals) -> int:
+    """Sum of lengths of a union (already disjoint)."""
+    return int((u[1] - u[0]).sum())
+
+
+def _sweep(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
+    """``a ∩ b`` (``want_b``) or ``a − b`` for any two sets, by a coverage-count sweep over all boundaries."""
+    a_s, a_e = _arrays(*a)
+    b_s, b_e = _arrays(*b)
+    keep_a, keep_b = a_e > a_s, b_e > b_s
+    a_s, a_e, b_s, b_e = a_s[keep_a], a_e[keep_a], b_s[keep_b], b_e[keep_b]
+    if len(a_s) == 0:
+        return empty()
+    points = np.concatenate([a_s, a_e, b_s, b_e])
+    na, nb = len(a_s), len(b_s)
+    delta_a = np.concatenate([np.ones(na, _I64), -np.ones(na, _I64), np.zeros(2 * nb, _I64)])
+    delta_b = np.concatenate([np.zeros(2 * na, _I64), np.ones(nb, _I64), -np.ones(nb, _I64)])
+    order = np.argsort(points, kind="stable")
+    points = points[order]
+    count_a = np.cumsum(delta_a[order])
+    count_b = np.cumsum(delta_b[order])
+    # the state on [x_i, x_{i+1}) is the count after the last event at x_i
+    last = np.r_[points[1:] != points[:-1], True]
+    x = points[last]
+    in_a = count_a[last] > 0
+    in_b = count_b[last] > 0
+    inside = in_a & in_b if want_b else in_a & ~in_b
+    prev = np.r_[False, inside[:-1]]
+    return x[inside & ~prev], x[~inside & prev]
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """``a ∩ b`` as a union (inputs need not be unions)."""
+    return _sweep(a, b, want_b=True)
+
+
+def difference(a: Intervals, b: Intervals) -> Intervals:
+    """``a − b`` as a union (inputs need not be unions)."""
+    return _sweep(a, b, want_b=False)
+
+
+def coverage(a: Intervals, b: Intervals) -> int:
+    """Length of ``a ∩ b``: how much of ``a`` is covered by ``b``."""
+    return lengths_sum(intersect(a, b))
+
+
+def group_union(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+    """Union per group (e.g. per stream or device): ``(starts, ends, group)`` sorted by group then start.
+
+    Each group is shifted onto its own stretch of the number line (so no running maximum leaks between groups),
+    merged with one global :func:`union`, and shifted back.
+    """
+    s, e = _arrays(starts, ends)
+    g = np.asarray(groups).ravel()
+    keep = e > s
+    s, e, g = s[keep], e[keep], g[keep]
+    if len(s) == 0:
+        return s, e, g
+    keys, gi = np.unique(g, return_inverse=True)
+    lo = np.full(len(keys), np.iinfo(_I64).max, dtype=_I64)
+    hi = np.full(len(keys), np.iinfo(_I64).min, dtype=_I64)
+    np.minimum.at(lo, gi, s)
+    np.maximum.at(hi, gi, e)
+    width = hi - lo + 1  # +1 keeps the last end of one group from touching the next group's first start
+    offset = np.r_[0, np.cumsum(width)[:-1]].astype(_I64)
+    shift = offset[gi] - lo[gi]
+    us, ue = union(s + shift, e + shift)
+    owner = np.searchsorted(offset, us, side="right") - 1
+    back = offset[owner] - lo[owner]
+    return us - back, ue - back, keys[owner]
+
+
+def cumulative(u: Intervals, t: np.ndarray) -> np.ndarray:
+    """``F(t)`` = length of ``u ∩ (-inf, t)`` for each point ``t``; ``u`` must be a union."""
+    u_s, u_e = u
+    t = np.asarray(t, dtype=_I64)
+    if len(u_s) == 0:
+        return np.zeros(t.shape, dtype=_I64)
+    cum = np.r_[0, np.cumsum(u_e - u_s)].astype(_I64)
+    k = np.searchsorted(u_s, t, side="left")  # intervals starting before t
+    over = np.where(k > 0, np.maximum(u_e[np.maximum(k - 1, 0)] - t, 0), 0)
+    return cum[k] - over
+
+
+def measure_within(u: Intervals, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """Length of ``u ∩ [ws_i, we_i)`` for each window (windows may overlap or nest); ``u`` must be a union.
+
+    Two searchsorted passes over ``u``'s boundaries plus a cumulative sum: O((n + m) log n).
+    """
+    ws, we = _arrays(win_starts, win_ends)
+    we = np.maximum(we, ws)
+    return cumulative(u, we) - cumulative(u, ws)
+
+
+def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> Intervals:
+    """Intervals cut to ``[lo, hi)``; those left empty are dropped."""
+    s, e = _arrays(starts, ends)
+    s, e = np.maximum(s, lo), np.minimum(e, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def clip_to_windows(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray,
+                    win_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cut intervals at the boundaries of sorted, disjoint windows.
+
+    Returns ``(starts, ends, window, source)``: one piece per (interval, window) overlap, ``window`` the index of
+    the window and ``source`` the index of the input interval. Time outside every window is dropped.
+    """
+    s, e = _arrays(starts, ends)
+    ws, we = _arrays(win_starts, win_ends)
+    first = np.searchsorted(we, s, side="right")  # first window ending after the start
+    last = np.searchsorted(ws, e, side="left") - 1  # last window starting before the end
+    count = np.maximum(last - first + 1, 0)
+    source = np.repeat(np.arange(len(s)), count)
+    step_in = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    window = np.repeat(first, count) + step_in
+    ps = np.maximum(s[source], ws[window]) if len(window) else s[source]
+    pe = np.minimum(e[source], we[window]) if len(window) else e[source]
+    keep = pe > ps
+    return ps[keep], pe[keep], window[keep], source[keep]
+
+
+def window_of(points: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """Index of the window holding each point (the latest-starting one whose ``[start, end)`` contains it), -1 if
+    none. Windows must be sorted by start; nested windows resolve to the inner one only while it is open."""
+    t = np.asarray(points, dtype=_I64)
+    ws, we = _arrays(win_starts, win_ends)
+    if len(ws) == 0:
+        return np.full(t.shape, -1, dtype=np.int64)
+    k = np.searchsorted(ws, t, side="right") - 1
+    ok = (k >= 0) & (t < we[np.maximum(k, 0)])
+    return np.where(ok, k, -1).astype(np.int64)
+
+
+def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Intervals:
+    """Holes of a union within ``[lo, hi)`` (default: between its first start and last end)."""
+    u_s, u_e = u
+    if len(u_s) == 0:
+        if lo is not None and hi is not None and hi > lo:
+            return np.array([lo], dtype=_I64), np.array([hi], dtype=_I64)
+        return empty()
+    lo = int(u_s[0]) if lo is None else lo
+    hi = int(u_e[-1]) if hi is None else hi
+    g_s = np.r_[lo, u_e].astype(_I64)
+    g_e = np.r_[u_s, hi].astype(_I64)
+    return clip(g_s, g_e, lo, hi)
+
+
+def range_min_max(values_min: np.ndarray, values_max: np.ndarray, lo_idx: np.ndarray,
+                  hi_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For index ranges ``[lo_i, hi_i)`` over two aligned arrays: ``(min of values_min, max of values_max,
+    non_empty)`` per range, via one ``reduceat`` each (ranges may overlap or nest)."""
+    lo = np.asarray(lo_idx, dtype=np.int64)
+    hi = np.asarray(hi_idx, dtype=np.int64)
+    n = len(values_min)
+    non_empty = hi > lo
+    if n == 0 or len(lo) == 0:
+        return (np.zeros(len(lo), dtype=_I64), np.zeros(len(lo), dtype=_I64), non_empty & False)
+    lo_c = np.minimum(lo, n - 1)
+    pairs = np.empty(2 * len(lo), dtype=np.int64)
+    pairs[0::2] = lo_c
+    pairs[1::2] = np.minimum(np.maximum(hi, lo_c), n)
+    vmin = np.r_[np.asarray(values_min, dtype=_I64), 0]
+    vmax = np.r_[np.asarray(values_max, dtype=_I64), 0]
+    mins = np.minimum.reduceat(vmin, pairs)[0::2]
+    maxs = np.maximum.reduceat(vmax, pairs)[0::2]
+    return mins, maxs, non_empty

@@ -1,0 +1,1 @@
+"""Helpers that build small synthetic traces for tests, docs and notebooks."""
