@@ -40,6 +40,10 @@ class UnknownFormatError(BadInputError):
     """The file is neither an nsys SQLite export nor a Kineto JSON trace."""
 
 
+class CorruptFileError(BadInputError):
+    """The file has the right format but is truncated, corrupt, oversized or malformed."""
+
+
 class EmptyTraceError(BadInputError):
     """The file is a trace but holds nothing to analyse (for example no kernel activity)."""
 
