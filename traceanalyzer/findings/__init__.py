@@ -1,0 +1,64 @@
+"""Findings: deterministic rules that turn the numbers into a diagnosis with impact per step and evidence.
+
+Each rule is a pure function ``rule(ctx) -> list[Finding]`` registered in ``RULES``; ``run_findings`` runs them
+all and sorts the findings by impact (largest first; findings without a time impact last). Thresholds are
+parameters (:class:`FindingThresholds`) with documented defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.results import Finding, Summary
+from ..trace import Trace
+from .context import FindingContext, FindingThresholds
+
+Rule = Callable[[FindingContext], list[Finding]]
+
+
+def _registry() -> dict[str, Rule]:
+    from . import comm_rules, host_rules, metric_rules
+
+    return {
+        "exposed_communication": comm_rules.exposed_communication,
+        "comm_serialized_with_compute": comm_rules.comm_serialized_with_compute,
+        "allreduce_not_fused": comm_rules.allreduce_not_fused,
+        "nccl_small_messages": comm_rules.nccl_small_messages,
+        "straggler_wait": comm_rules.straggler_wait,
+        "low_comm_bandwidth": comm_rules.low_comm_bandwidth,
+        "host_bound_no_cuda_graphs": host_rules.host_bound_no_cuda_graphs,
+        "idle_gaps_host_cause": host_rules.idle_gaps_host_cause,
+        "low_tensor_activity": metric_rules.low_tensor_activity,
+        "gpu_power_underuse": metric_rules.gpu_power_underuse,
+    }
+
+
+@dataclass(frozen=True)
+class FindingOptions:
+    """Which rules to run and with which thresholds."""
+
+    thresholds: FindingThresholds = field(default_factory=FindingThresholds)
+    disabled: frozenset[str] = frozenset()
+
+
+def run_findings(traces: list[Trace], summary: Summary, options: Any = None) -> list[Finding]:
+    """All findings for ``summary`` (computed from ``traces``), largest impact per step first."""
+    opts = options if isinstance(options, FindingOptions) else FindingOptions(
+        thresholds=getattr(options, "thresholds", None) or FindingThresholds())
+    ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds)
+    found: list[Finding] = []
+    for rule_id, rule in _registry().items():
+        if rule_id not in opts.disabled:
+            found.extend(rule(ctx))
+    return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
+
+
+RULE_IDS = (
+    "exposed_communication", "comm_serialized_with_compute", "allreduce_not_fused", "nccl_small_messages",
+    "straggler_wait", "low_comm_bandwidth", "host_bound_no_cuda_graphs", "idle_gaps_host_cause",
+    "low_tensor_activity", "gpu_power_underuse",
+)
+
+__all__ = ["RULE_IDS", "FindingOptions", "FindingThresholds", "run_findings"]

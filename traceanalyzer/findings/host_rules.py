@@ -1,0 +1,168 @@
+"""Findings about the host side: launch-bound GPUs without CUDA graphs, idle gaps caused by synchronization."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.intervals import union
+from ..analysis.results import DeviceSummary, Finding
+from ..trace import Trace
+from .context import FindingContext, kernel_mask, ms, severity
+
+_GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
+_HOST_BLOCKING = re.compile(r"Synchronize|^cudaMemcpy(?!.*Async)|^cuMemcpy(?!.*Async)|cudaMalloc|cudaFree|"
+                            r"cudaHostAlloc|cudaStreamWaitEvent", re.IGNORECASE)
+
+
+def _names_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
+    """Boolean mask of rows whose string id matches ``pattern`` (regex run once per unique id)."""
+    if not len(ids):
+        return np.zeros(0, dtype=bool)
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    hit = np.array([u >= 0 and bool(pattern.search(trace.strings[int(u)])) for u in uniq], dtype=bool)
+    return hit[inverse]
+
+
+def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
+    """Share of the device's kernels that came from CUDA graphs (graph id, or launched by cudaGraphLaunch)."""
+    k = trace.kernels
+    mask = kernel_mask(trace, dev)
+    n = int(mask.sum())
+    if n == 0:
+        return 0.0
+    from_graph = k["graph_id"][mask] >= 0
+    a = trace.api_calls
+    if len(a):
+        launches = _names_matching(trace, a["name_id"], _GRAPH_LAUNCH)
+        if launches.any():
+            graph_corr = np.unique(a["correlation"][launches & (a["pid"] == _pid_of(trace, dev))])
+            from_graph |= np.isin(k["correlation"][mask], graph_corr)
+    g = trace.graph_launches
+    graph_time = 0 if not len(g) else int((g["end_ns"] - g["start_ns"])[g["device"] == dev.device].sum())
+    kernel_time = int((k["end_ns"] - k["start_ns"])[mask].sum())
+    frac = float(from_graph.mean())
+    if graph_time:
+        frac = max(frac, graph_time / max(graph_time + kernel_time, 1))
+    return frac
+
+
+def _pid_of(trace: Trace, dev: DeviceSummary) -> int:
+    k = trace.kernels
+    pids = k["pid"][kernel_mask(trace, dev)]
+    return int(np.bincount(pids - pids.min()).argmax() + pids.min()) if len(pids) else -1
+
+
+def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
+    """GPU idle between short kernels while the host launches them one by one (no CUDA graphs)."""
+    t = ctx.thresholds
+    best: Finding | None = None
+    for dev in ctx.summary.devices:
+        trace = ctx.trace_of(dev)
+        if trace is None or dev.span_ns <= 0:
+            continue
+        idle_per_step, idle_pct = _idle_per_step(ctx, dev)
+        k = trace.kernels
+        mask = kernel_mask(trace, dev)
+        durations = (k["end_ns"] - k["start_ns"])[mask]
+        median_kernel = int(np.median(durations)) if len(durations) else 0
+        graphs = graph_launched_fraction(trace, dev)
+        if idle_pct < t.host_bound_idle_min_pct or median_kernel > t.host_bound_kernel_max_ns or graphs > 0.5:
+            continue
+        if not ctx.worth_reporting(dev, idle_per_step):
+            continue
+        kernels_per_step = int(mask.sum()) // ctx.steps(dev)
+        finding = Finding(
+            id="host_bound_no_cuda_graphs",
+            title=f"GPU is host-bound: idle {idle_pct:.0f}% of each step between {kernels_per_step} short kernels "
+                  f"(median {ms(median_kernel)}) launched one by one without CUDA graphs",
+            impact_ns_per_step=int(idle_per_step), impact_pct_of_step=idle_pct, severity=severity(idle_pct),
+            recommendation="Capture the step in CUDA graphs (torch.cuda.graphs / torch.compile mode="
+                           "'reduce-overhead', vLLM/SGLang cuda graph capture), fuse small kernels, cut Python "
+                           "overhead on the launch path.",
+            evidence={"rank": dev.rank, "device": dev.device, "idle_pct_of_step": idle_pct,
+                      "kernels_per_step": kernels_per_step, "median_kernel_ns": median_kernel,
+                      "graph_launched_fraction": graphs},
+        )
+        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
+            best = finding
+    return [best] if best else []
+
+
+def _idle_per_step(ctx: FindingContext, dev: DeviceSummary) -> tuple[int, float]:
+    """(median idle ns per step, idle % of step) from the per-step table, else from the whole span."""
+    ps = dev.per_step
+    if len(ps) and {"idle_ns", "duration_ns"} <= set(ps.columns):
+        idle = int(ps["idle_ns"].median())
+        dur = float(ps["duration_ns"].median())
+        return idle, (100.0 * idle / dur if dur > 0 else 0.0)
+    idle = dev.idle_ns // ctx.steps(dev)
+    return idle, 100.0 * dev.idle_ns / dev.span_ns
+
+
+def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
+    """Long GPU idle gaps during which the host was blocked in a synchronization / blocking API call."""
+    best: Finding | None = None
+    for dev in ctx.summary.devices:
+        trace = ctx.trace_of(dev)
+        if trace is None:
+            continue
+        result = _gaps_with_cause(trace, dev, ctx.thresholds.long_gap_min_ns)
+        if result is None:
+            continue
+        total, count, causes = result
+        per_step = total // ctx.steps(dev)
+        if not ctx.worth_reporting(dev, per_step):
+            continue
+        pct = ctx.pct_of_step(dev, per_step)
+        top = ", ".join(list(causes)[:3])
+        finding = Finding(
+            id="idle_gaps_host_cause",
+            title=f"{count} GPU idle gaps ≥ {ms(ctx.thresholds.long_gap_min_ns)} ({ms(per_step)}/step) while the "
+                  f"host was blocked in {top}",
+            impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
+            recommendation="Remove host synchronizations from the step (.item(), .cpu(), blocking copies, "
+                           "allocator calls); use pinned memory and non_blocking copies.",
+            evidence={"rank": dev.rank, "device": dev.device, "gaps": count, "gap_ns_total": total,
+                      "host_calls": causes},
+        )
+        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
+            best = finding
+    return [best] if best else []
+
+
+def _gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple[int, int, dict[str, int]] | None:
+    """Total ns and count of long idle gaps overlapped by a blocking host call of the same process."""
+    k, m = trace.kernels, trace.memops
+    kmask = kernel_mask(trace, dev)
+    mmask = m["device"] == dev.device
+    if dev.rank >= 0:
+        mmask &= m["rank"] == dev.rank
+    s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
+                 np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
+    if len(s) < 2:
+        return None
+    gap_start, gap_end = e[:-1], s[1:]
+    long_gap = (gap_end - gap_start) >= min_gap_ns
+    if not long_gap.any():
+        return None
+    gap_start, gap_end = gap_start[long_gap], gap_end[long_gap]
+    a = trace.api_calls
+    blocking = _names_matching(trace, a["name_id"], _HOST_BLOCKING) & (a["pid"] == _pid_of(trace, dev))
+    if not blocking.any():
+        return None
+    c_start, c_end, c_name = a["start_ns"][blocking], a["end_ns"][blocking], a["name_id"][blocking]
+    order = np.argsort(c_start, kind="stable")
+    c_start, c_end, c_name = c_start[order], c_end[order], c_name[order]
+    # For each gap, the calls starting before its end; any of those ending after its start overlaps it.
+    hi = np.searchsorted(c_start, gap_end, side="left")
+    running_max_end = np.maximum.accumulate(c_end)
+    overlapped = (hi > 0) & (running_max_end[np.clip(hi - 1, 0, None)] > gap_start)
+    if not overlapped.any():
+        return None
+    total = int((gap_end - gap_start)[overlapped].sum())
+    last_call = np.clip(hi[overlapped] - 1, 0, None)
+    names = pd.Series(trace.names(c_name[last_call]).astype(str)).value_counts()
+    return total, int(overlapped.sum()), {str(n): int(c) for n, c in names.items()}
