@@ -1,0 +1,120 @@
+"""The GPU activity of one (rank, device), gathered once for every per-device analysis.
+
+Kernels and memory operations of the device, sorted by start, with their bucket strings, which of them are
+communication, the launch time of each kernel (the host API call that shares its correlation id) and the three
+unions every definition builds on: busy (all kernels + memops), comm (communication kernels + peer-to-peer copies)
+and compute (non-communication *kernels*; memory ops run on copy engines and hide nothing, so they are not compute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Table, Trace
+from . import intervals as iv
+
+COMMUNICATION = "communication"
+MEMORY = "memory"
+
+
+@dataclass
+class DeviceActivity:
+    """Kernels and memops of one (rank, device), sorted by start, with derived unions (all int64 ns)."""
+
+    trace: Trace
+    rank: int
+    device: int
+    pids: np.ndarray
+    kernels: Table
+    memops: Table
+    kernel_bucket: np.ndarray  # object array of bucket strings
+    memop_bucket: np.ndarray
+    kernel_is_comm: np.ndarray
+    memop_is_comm: np.ndarray
+    launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when the kernel links to none
+    launch_ns: np.ndarray  # host launch time per kernel, -1 when unlinked
+    launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked)
+    launch_tid: np.ndarray
+    busy: iv.Intervals
+    comm: iv.Intervals
+    compute: iv.Intervals
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """First start to last end of any kernel or memop (``(0, 0)`` when empty)."""
+        if len(self.busy[0]) == 0:
+            return 0, 0
+        return int(self.busy[0][0]), int(self.busy[1][-1])
+
+    def comm_intervals(self) -> iv.Intervals:
+        """Every communication interval (kernels then peer copies), not merged."""
+        k, m = self.kernels, self.memops
+        return (np.r_[k["start_ns"][self.kernel_is_comm], m["start_ns"][self.memop_is_comm]],
+                np.r_[k["end_ns"][self.kernel_is_comm], m["end_ns"][self.memop_is_comm]])
+
+
+def _rows_of(table: Table, rank: int, device: int) -> Table:
+    sel = (table["rank"] == rank) & (table["device"] == device)
+    sub = table.take(np.flatnonzero(sel))
+    return sub.take(np.argsort(sub["start_ns"], kind="stable"))
+
+
+def _memop_buckets(trace: Trace, memops: Table) -> np.ndarray:
+    """Bucket per memop: the classifier's column when present, else PtoP copies are communication."""
+    if "bucket_id" in memops:
+        return trace.names(memops["bucket_id"]).astype(object)
+    ptop = memops["copy_kind_id"] == trace.strings.get("PtoP")
+    return np.where(ptop, COMMUNICATION, MEMORY).astype(object)
+
+
+def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
+    """Row in ``api_calls`` of the call that launched each kernel (joined on correlation id within the same pid,
+    or within the only API process when the kernels' pid names none, as Kineto's GPU pids); -1 if none."""
+    rows = np.full(len(kernels), -1, dtype=np.int64)
+    api = trace.api_calls
+    if len(api) == 0 or len(kernels) == 0:
+        return rows
+    api_pids = np.unique(api["pid"])
+    for pid in np.unique(kernels["pid"]):  # one pass per process, not per event
+        k_sel = np.flatnonzero((kernels["pid"] == pid) & (kernels["correlation"] >= 0))
+        same = api["pid"] == pid if pid in api_pids or len(api_pids) != 1 else np.ones(len(api), dtype=bool)
+        a_sel = np.flatnonzero(same & (api["correlation"] >= 0))
+        if len(k_sel) == 0 or len(a_sel) == 0:
+            continue
+        a_corr = api["correlation"][a_sel]
+        order = np.argsort(a_corr, kind="stable")
+        a_corr, a_rows = a_corr[order], a_sel[order]
+        k_corr = kernels["correlation"][k_sel]
+        pos = np.minimum(np.searchsorted(a_corr, k_corr), len(a_corr) - 1)
+        hit = a_corr[pos] == k_corr
+        rows[k_sel[hit]] = a_rows[pos[hit]]
+    return rows
+
+
+def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
+    return np.where(rows >= 0, column[np.maximum(rows, 0)], -1).astype(np.int64) if len(column) else \
+        np.full(len(rows), -1, dtype=np.int64)
+
+
+def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
+    """Collect the activity of ``(rank, device)`` from a classified trace."""
+    kernels = _rows_of(trace.kernels, rank, device)
+    memops = _rows_of(trace.memops, rank, device)
+    if "bucket_id" not in kernels:
+        raise ValueError("trace is not classified (kernels have no bucket_id); load it with classify=True")
+    k_bucket = trace.names(kernels["bucket_id"]).astype(object)
+    m_bucket = _memop_buckets(trace, memops)
+    k_comm = k_bucket == COMMUNICATION
+    m_comm = m_bucket == COMMUNICATION
+    rows = launch_rows(trace, kernels)
+    api = trace.api_calls
+    launch, launch_pid, tid = _via(rows, api["start_ns"]), _via(rows, api["pid"]), _via(rows, api["tid"])
+    busy = iv.union(np.r_[kernels["start_ns"], memops["start_ns"]], np.r_[kernels["end_ns"], memops["end_ns"]])
+    comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
+                    np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
+    compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
+    pids = np.unique(np.r_[kernels["pid"], memops["pid"], launch_pid[launch_pid >= 0]])
+    return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
+                          rows, launch, launch_pid, tid, busy, comm, compute)

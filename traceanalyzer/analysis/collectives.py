@@ -1,0 +1,161 @@
+"""One row per communication instance (kernel or peer-to-peer copy) of a device, with its exposed time.
+
+``hidden_ns`` of an instance is the time inside it when a compute kernel ran on the same device
+(``compute_beside_ns``, same number); ``exposed_ns = duration_ns − hidden_ns`` is the SM-idle time during it.
+Instances that run concurrently each count their own exposure, so per-instance sums can exceed the device's
+``comm_exposed_ns`` (a union).
+
+``kind`` comes from the classifier's sub-bucket when it names a collective, else from the kernel name;
+``ordinal`` numbers the instances of one kind in start order (0-based) for cross-rank matching. ``seq``, ``bytes``,
+``dtype`` and ``group_size`` come from the trace's ``collectives`` table when the kernel links to it: by External
+id (kernel, then its launching API call), else by correlation id.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .activity import DeviceActivity
+
+KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast", "reduce",
+         "custom_allreduce", "allreduce_fusion")
+
+_NAME_KINDS: list[tuple[str, re.Pattern[str]]] = [
+    ("allreduce_fusion", re.compile(r"allreduce_?fusion|fused_?allreduce|all_?reduce.*(rms|norm)", re.I)),
+    ("custom_allreduce", re.compile(r"cross_device_reduce|custom_?all_?reduce|quick_?all_?reduce|"
+                                    r"one_?shot|two_?shot", re.I)),
+    ("allreduce", re.compile(r"all_?reduce", re.I)),
+    ("reducescatter", re.compile(r"reduce_?scatter", re.I)),
+    ("allgather", re.compile(r"all_?gather", re.I)),
+    ("alltoall", re.compile(r"all_?to_?all|dispatch|combine", re.I)),
+    ("broadcast", re.compile(r"broadcast|bcast", re.I)),
+    ("sendrecv", re.compile(r"send|recv|p2p|peer", re.I)),
+    ("reduce", re.compile(r"reduce", re.I)),
+]
+
+COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "kind", "subbucket", "stream", "step", "layer", "ordinal",
+           "seq", "bytes", "dtype", "group_size", "exposed_ns", "hidden_ns", "compute_beside_ns", "correlation",
+           "external_id", "source"]
+
+
+def kind_of(subbucket: str | None, name: str | None) -> str:
+    """Collective kind from a sub-bucket (``all_reduce``, ``allreduce_fusion``…) or else the kernel name."""
+    if subbucket:
+        key = subbucket.lower().replace("-", "_")
+        flat = key.replace("_", "")
+        for kind in KINDS:
+            if key == kind or flat == kind.replace("_", ""):
+                return kind
+        if flat in ("alltoallv", "all2all"):
+            return "alltoall"
+    for kind, pattern in _NAME_KINDS:
+        if name and pattern.search(name):
+            return kind
+    return "other"
+
+
+def _kinds(pool: list[str], sub_ids: np.ndarray, name_ids: np.ndarray) -> np.ndarray:
+    """``kind_of`` per row, evaluated once per distinct (subbucket, name) pair."""
+    if len(name_ids) == 0:
+        return np.empty(0, dtype=object)
+    pairs, inverse = np.unique(np.c_[sub_ids, name_ids].astype(np.int64), axis=0, return_inverse=True)
+    kinds = np.array([kind_of(pool[s] if s >= 0 else None, pool[n] if n >= 0 else None) for s, n in pairs],
+                     dtype=object)
+    return kinds[inverse.ravel()]
+
+
+def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Index of each query in ``keys`` (first match), -1 when absent or negative."""
+    out = np.full(len(queries), -1, dtype=np.int64)
+    valid = np.flatnonzero(keys >= 0)
+    if len(valid) == 0 or len(queries) == 0:
+        return out
+    order = valid[np.argsort(keys[valid], kind="stable")]
+    sorted_keys = keys[order]
+    pos = np.minimum(np.searchsorted(sorted_keys, queries), len(order) - 1)
+    hit = (sorted_keys[pos] == queries) & (queries >= 0)
+    out[hit] = order[pos[hit]]
+    return out
+
+
+def link_collectives(act: DeviceActivity, rows: np.ndarray) -> np.ndarray:
+    """Row of ``trace.collectives`` for each kernel index in ``rows``, -1 when it cannot be linked."""
+    coll = act.trace.collectives
+    if len(coll) == 0 or len(rows) == 0:
+        return np.full(len(rows), -1, dtype=np.int64)
+    mine = np.isin(coll["pid"], act.pids) | (len(np.unique(coll["pid"])) == 1)
+    ext_keys = np.where(mine, coll["external_id"], -1)
+    corr_keys = np.where(mine, coll["correlation"], -1)
+    k = act.kernels
+    found = _lookup(ext_keys, k["external_id"][rows])
+    api = act.trace.api_calls
+    api_ext = np.where(act.launch_row[rows] >= 0,
+                       api["external_id"][np.maximum(act.launch_row[rows], 0)] if len(api) else -1, -1)
+    found = np.where(found >= 0, found, _lookup(ext_keys, api_ext))
+    return np.where(found >= 0, found, _lookup(corr_keys, k["correlation"][rows]))
+
+
+def _kernel_part(act: DeviceActivity, kernel_layer: np.ndarray) -> dict[str, np.ndarray]:
+    k, pool = act.kernels, act.trace.strings.values
+    rows = np.flatnonzero(act.kernel_is_comm)
+    sub_ids = k["subbucket_id"][rows] if "subbucket_id" in k else np.full(len(rows), -1, dtype=np.int32)
+    linked = link_collectives(act, rows)
+    coll = act.trace.collectives
+
+    def from_coll(column: str) -> np.ndarray:
+        return np.where(linked >= 0, coll[column][np.maximum(linked, 0)] if len(coll) else -1, -1)
+
+    return {"start_ns": k["start_ns"][rows], "end_ns": k["end_ns"][rows], "name_id": k["name_id"][rows],
+            "sub_id": sub_ids, "kind": _kinds(pool, sub_ids, k["name_id"][rows]), "stream": k["stream"][rows],
+            "layer": kernel_layer[rows], "seq": from_coll("seq"), "bytes": from_coll("bytes"),
+            "dtype_id": from_coll("dtype_id"), "group_size": from_coll("group_size"),
+            "correlation": k["correlation"][rows], "external_id": k["external_id"][rows],
+            "source": np.full(len(rows), "kernel", dtype=object)}
+
+
+def _memop_part(act: DeviceActivity, memop_layer: np.ndarray) -> dict[str, np.ndarray]:
+    m = act.memops
+    rows = np.flatnonzero(act.memop_is_comm)
+    n = len(rows)
+    sub_ids = m["subbucket_id"][rows] if "subbucket_id" in m else np.full(n, -1, dtype=np.int32)
+    minus = np.full(n, -1, dtype=np.int64)
+    return {"start_ns": m["start_ns"][rows], "end_ns": m["end_ns"][rows], "name_id": m["name_id"][rows],
+            "sub_id": sub_ids, "kind": np.full(n, "p2p_copy", dtype=object), "stream": m["stream"][rows],
+            "layer": memop_layer[rows], "seq": minus, "bytes": m["bytes"][rows], "dtype_id": minus,
+            "group_size": minus, "correlation": m["correlation"][rows], "external_id": minus,
+            "source": np.full(n, "memcpy", dtype=object)}
+
+
+def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer: np.ndarray | None = None,
+                         memop_layer: np.ndarray | None = None) -> pd.DataFrame:
+    """Every communication instance of the device, in start order (columns: ``COLUMNS``).
+
+    ``kernel_layer`` / ``memop_layer`` give the layer index of each kernel / memop of ``act`` (-1: none).
+    """
+    k_layer = np.full(len(act.kernels), -1, dtype=np.int64) if kernel_layer is None else kernel_layer
+    m_layer = np.full(len(act.memops), -1, dtype=np.int64) if memop_layer is None else memop_layer
+    parts = [_kernel_part(act, k_layer), _memop_part(act, m_layer)]
+    cols = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    order = np.lexsort((cols["stream"], cols["start_ns"]))
+    cols = {key: v[order] for key, v in cols.items()}
+    start, end = cols["start_ns"].astype(np.int64), cols["end_ns"].astype(np.int64)
+    hidden = iv.measure_within(act.compute, start, end)
+    step_row = iv.window_of(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
+    step_ids = steps["step"].to_numpy()
+    names = act.trace.names(cols["name_id"])
+    df = pd.DataFrame({
+        "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
+        "kind": cols["kind"], "subbucket": act.trace.names(cols["sub_id"]), "stream": cols["stream"],
+        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+        "layer": cols["layer"].astype(np.int64), "ordinal": 0, "seq": cols["seq"].astype(np.int64),
+        "bytes": cols["bytes"].astype(np.int64), "dtype": act.trace.names(cols["dtype_id"]),
+        "group_size": cols["group_size"].astype(np.int64), "exposed_ns": (end - start) - hidden,
+        "hidden_ns": hidden, "compute_beside_ns": hidden, "correlation": cols["correlation"].astype(np.int64),
+        "external_id": cols["external_id"].astype(np.int64), "source": cols["source"],
+    }, columns=COLUMNS)
+    df["ordinal"] = df.groupby("kind", sort=False).cumcount().astype(np.int64)
+    return df

@@ -1,0 +1,193 @@
+"""Time breakdown of one (rank, device): busy/idle, buckets, exposed vs hidden communication, steps, layers.
+
+Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the device:
+
+* span = first kernel/memop start → last end; busy = union of every kernel and memop; idle = span − busy.
+* bucket_ns[b] = union of bucket ``b``'s intervals (memops carry their own bucket: ``memory``, or
+  ``communication`` for peer-to-peer copies). bucket_exclusive_ns splits busy by precedence
+  (``extra["exclusive_precedence"]``, first claims first) so the parts add up to busy exactly.
+* comm = union of communication kernels and peer copies. hidden = comm ∩ union(non-communication **kernels**) —
+  memory copies run on copy engines and leave the SMs idle, so they do not hide communication. exposed =
+  comm − hidden (the SM-idle time during collectives). overlap_pct = 100 · hidden / comm.
+* Per step (windows from :mod:`.steps`): the same quantities restricted to the window. ``step_ns_median`` is the
+  median step window length and ``comm_exposed_per_step_ns`` the **median** of the per-step exposed comm (a
+  median resists a warm-up or profiler-flush step).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .activity import DeviceActivity, gather
+from .collectives import collective_instances
+from .layers import Layers, layer_table
+from .results import DeviceSummary
+from .steps import step_windows
+
+if TYPE_CHECKING:
+    from .summary import SummaryOptions
+
+TOP_KERNEL_COLUMNS = ["bucket", "subbucket", "name", "rule", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns"]
+GAP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "step", "layer"]
+# Used only until the classifier exports its own: compute claims first, communication before memory copies,
+# so exclusive communication time equals exposed communication.
+_FALLBACK_PRECEDENCE = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "other", "communication", "memory")
+
+
+def exclusive_precedence() -> tuple[str, ...]:
+    """Bucket order for the exclusive split (first claims first): the classifier's, else the fallback above."""
+    try:
+        from ..classify import EXCLUSIVE_PRECEDENCE
+    except ImportError:
+        return _FALLBACK_PRECEDENCE
+    return tuple(EXCLUSIVE_PRECEDENCE)
+
+
+def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
+    """Union of every bucket present on the device (kernels and memops together)."""
+    k, m = act.kernels, act.memops
+    buckets = np.r_[act.kernel_bucket, act.memop_bucket].astype(str)
+    starts = np.r_[k["start_ns"], m["start_ns"]]
+    ends = np.r_[k["end_ns"], m["end_ns"]]
+    us, ue, g = iv.group_union(starts, ends, buckets)
+    return {str(b): (us[g == b], ue[g == b]) for b in np.unique(g)}
+
+
+def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> dict[str, int]:
+    remaining = busy
+    out: dict[str, int] = {}
+    for bucket in [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]:
+        out[bucket] = iv.coverage(remaining, sets[bucket])
+        remaining = iv.difference(remaining, sets[bucket])
+    return out
+
+
+def top_kernels(act: DeviceActivity) -> pd.DataFrame:
+    """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule."""
+    k = act.kernels
+    if len(k) == 0:
+        return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
+    frame = pd.DataFrame({"name_id": k["name_id"], "dur": k["end_ns"] - k["start_ns"]})
+    by = frame.groupby("name_id", sort=False)["dur"]
+    stats = pd.DataFrame({"count": by.size(), "total_ns": by.sum(), "mean_ns": by.mean(),
+                          "p50_ns": by.quantile(0.5), "p99_ns": by.quantile(0.99)})
+    first = frame.reset_index().groupby("name_id", sort=False)["index"].first()
+    ids = stats.index.to_numpy()
+    rows = first.loc[ids].to_numpy()
+    trace = act.trace
+
+    def column(name: str) -> np.ndarray:
+        return trace.names(k[name][rows]) if name in k else np.full(len(rows), None, dtype=object)
+
+    out = pd.DataFrame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
+                        "name": trace.names(ids), "rule": column("rule_id"),
+                        "count": stats["count"].to_numpy(np.int64), "total_ns": stats["total_ns"].to_numpy(np.int64),
+                        "mean_ns": stats["mean_ns"].to_numpy(), "p50_ns": stats["p50_ns"].to_numpy(),
+                        "p99_ns": stats["p99_ns"].to_numpy()}, columns=TOP_KERNEL_COLUMNS)
+    return out.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals],
+                   hidden: iv.Intervals, exposed: iv.Intervals) -> pd.DataFrame:
+    """Per step window: busy/idle, comm hidden/exposed and bucket unions inside the window."""
+    ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    busy = iv.measure_within(act.busy, ws, we)
+    table = pd.DataFrame({
+        "step": steps["step"].to_numpy(np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
+        "busy_ns": busy, "idle_ns": (we - ws) - busy, "comm_ns": iv.measure_within(act.comm, ws, we),
+        "comm_hidden_ns": iv.measure_within(hidden, ws, we), "comm_exposed_ns": iv.measure_within(exposed, ws, we),
+    })
+    for bucket, u in sorted(sets.items()):
+        table[f"{bucket}_ns"] = iv.measure_within(u, ws, we)
+    return table
+
+
+def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
+    """The exposed-communication segments, labelled with the step and layer windows holding their start."""
+    s, e = exposed
+    step_row = iv.window_of(s, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
+    step_ids = steps["step"].to_numpy()
+    lt = layers.table
+    lay_row = iv.window_of(s, lt["start_ns"].to_numpy(np.int64), lt["end_ns"].to_numpy(np.int64)) \
+        if len(lt) else np.full(len(s), -1)
+    lay_ids = lt["layer"].to_numpy(np.int64) if len(lt) else np.empty(0, dtype=np.int64)
+    return pd.DataFrame({
+        "start_ns": s, "end_ns": e, "duration_ns": e - s,
+        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+        "layer": np.where(lay_row >= 0, lay_ids[np.maximum(lay_row, 0)] if len(lay_ids) else -1, -1),
+    }, columns=GAP_COLUMNS)
+
+
+def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | None]:
+    k = act.kernels
+    comm_streams = sorted({int(x) for x in np.unique(np.r_[k["stream"][act.kernel_is_comm],
+                                                           act.memops["stream"][act.memop_is_comm]])})
+    compute_streams = sorted(int(x) for x in np.unique(k["stream"][~act.kernel_is_comm]))
+    shared = np.isin(k["stream"], compute_streams) & act.kernel_is_comm
+    serialized = bool(shared.any())
+    comm_total = iv.lengths_sum(act.comm)
+    on_shared = iv.total(k["start_ns"][shared], k["end_ns"][shared])
+    pct = 100.0 * on_shared / comm_total if comm_total else None
+    return comm_streams, compute_streams, serialized, pct
+
+
+def _median(values: pd.Series) -> int | None:
+    return int(np.median(values.to_numpy())) if len(values) else None
+
+
+def _device_name(act: DeviceActivity) -> str | None:
+    for info in act.trace.devices:
+        if info.device == act.device and (info.rank is None or info.rank == act.rank or act.rank < 0):
+            return info.name
+    return None
+
+
+def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | None = None,
+                   layers: Layers | None = None, options: SummaryOptions | None = None) -> DeviceSummary:
+    """Every per-device number of :class:`DeviceSummary` for ``(rank, device)`` of a classified trace.
+
+    ``steps`` (columns step, start_ns, end_ns, source) and ``layers`` override the detected ones; ``options``
+    supplies ``step_range`` and ``layer_pattern``.
+    """
+    act = gather(trace, rank, device)
+    step_range = getattr(options, "step_range", None)
+    layer_pattern = getattr(options, "layer_pattern", r"layer_?\d+")
+    steps = step_windows(act, step_range) if steps is None else steps
+    layers = layer_table(act, steps, layer_pattern) if layers is None else layers
+    lo, hi = act.span
+    busy_ns = iv.lengths_sum(act.busy)
+    sets = _bucket_sets(act)
+    order = exclusive_precedence()
+    hidden = iv.intersect(act.comm, act.compute)
+    exposed = iv.difference(act.comm, act.compute)
+    comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
+    per_step = per_step_table(act, steps, sets, hidden, exposed)
+    comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
+    memop_layer = np.full(len(act.memops), -1, dtype=np.int64)
+    if len(layers.table) and len(act.memops):
+        lt = layers.table
+        row = iv.window_of(act.memops["start_ns"], lt["start_ns"].to_numpy(np.int64), lt["end_ns"].to_numpy(np.int64))
+        memop_layer = np.where(row >= 0, lt["layer"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+    return DeviceSummary(
+        rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
+        span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
+        bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
+        bucket_exclusive_ns=_exclusive(act.busy, sets, order),
+        comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
+        overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
+        steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
+        comm_exposed_per_step_ns=_median(per_step["comm_exposed_ns"]),
+        step_source=str(steps["source"].iloc[0]) if len(steps) else "none", layer_source=layers.source,
+        comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
+        per_step=per_step, per_layer=layers.table,
+        collectives=collective_instances(act, steps, layers.kernel_layer(), memop_layer),
+        top_kernels=top_kernels(act), comm_idle_gaps_ns=comm_idle_gaps(exposed, steps, layers),
+        extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
+               "comm_on_compute_stream_pct": on_shared_pct,
+               "kernels": len(act.kernels), "memops": len(act.memops),
+               "window_ns": [lo, hi], "layers": len(layers.table)},
+    )

@@ -1,0 +1,208 @@
+"""Step windows of one (rank, device) on the GPU clock, and the GPU projection of CPU-side ranges.
+
+Sources, first that applies:
+
+1. ``--step-range NAME``: ranges with that exact name (NVTX / user annotations), projected to the GPU.
+2. ``ProfilerStep#N``: Kineto's GPU-side ``gpu_user_annotation`` ``ProfilerStep*`` ranges of the device when the
+   trace has them (numbered by the CPU ``ProfilerStep#N`` in order), else the CPU ``profiler_step`` ranges
+   projected to the GPU.
+3. Detected: the period of the kernel-name sequence of the device's busiest stream (the lag with the highest
+   self-match, at least 90%), cut where the median GPU gap before a kernel of the period is largest.
+4. One step covering the whole span.
+
+**GPU projection** of a CPU range ``[a, b)``: the kernels whose launching API call (joined on correlation id, same
+process, same thread when the range has one) starts in ``[a, b)``; the projected window is [first start, last end]
+of those kernels. Projected step windows are then made disjoint (a step ends no later than the next one starts),
+so per-step parts add up; time between steps belongs to no step.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .activity import DeviceActivity
+
+STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
+_STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
+MIN_PERIOD_MATCH = 0.9
+
+
+def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pids: np.ndarray,
+                   tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU windows ``(start, end, non_empty)`` of CPU ranges (see the module doc); vectorized per thread."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    g_start = np.zeros(len(starts), dtype=np.int64)
+    g_end = np.zeros(len(starts), dtype=np.int64)
+    found = np.zeros(len(starts), dtype=bool)
+    linked = act.launch_ns >= 0
+    if not linked.any() or len(starts) == 0:
+        return g_start, g_end, found
+    k_start, k_end = act.kernels["start_ns"], act.kernels["end_ns"]
+    threads = np.unique(np.c_[np.asarray(pids, dtype=np.int64), np.asarray(tids, dtype=np.int64)], axis=0)
+    for pid, tid in threads:  # a few threads; every range of a thread is projected at once
+        rows = np.flatnonzero((pids == pid) & (tids == tid))
+        ksel = linked & (act.launch_pid == pid)
+        if tid >= 0 and (ksel & (act.launch_tid == tid)).any():
+            ksel &= act.launch_tid == tid
+        idx = np.flatnonzero(ksel)
+        idx = idx[np.argsort(act.launch_ns[idx], kind="stable")]
+        launch = act.launch_ns[idx]
+        lo = np.searchsorted(launch, starts[rows], side="left")
+        hi = np.searchsorted(launch, np.maximum(ends[rows], starts[rows]), side="left")
+        mins, maxs, ok = iv.range_min_max(k_start[idx], k_end[idx], lo, hi)
+        g_start[rows], g_end[rows], found[rows] = mins, maxs, ok
+    return g_start, g_end, found
+
+
+def matching_ids(pool: list[str], ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
+    """The distinct string ids among ``ids`` whose text matches ``pattern`` (regex run once per distinct name)."""
+    distinct = np.unique(ids[ids >= 0])
+    return np.array([i for i in distinct.tolist() if pattern.search(pool[i])], dtype=np.int64)
+
+
+def ranges_named(act: DeviceActivity, *, name: str | None = None, pattern: re.Pattern[str] | None = None,
+                 kinds: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Ranges of the device's processes (CPU) or of the device itself (GPU-side), by name or regex and kind."""
+    r = act.trace.ranges
+    if len(r) == 0:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "tid", "device", "kind", "name"])
+    names = act.trace.names(r["name_id"])
+    kind = act.trace.names(r["kind_id"])
+    if name is not None:
+        sel = r["name_id"] == act.trace.strings.get(name)
+    elif pattern is not None:
+        sel = np.isin(r["name_id"], matching_ids(act.trace.strings.values, r["name_id"], pattern))
+    else:
+        sel = np.ones(len(r), dtype=bool)
+    if kinds:
+        sel &= np.isin(kind.astype(str), kinds)
+    on_gpu = r["device"] >= 0
+    mine = np.where(on_gpu, r["device"] == act.device, np.isin(r["pid"], act.pids))
+    sel &= mine & (r["end_ns"] >= r["start_ns"])
+    out = pd.DataFrame({"start_ns": r["start_ns"][sel], "end_ns": r["end_ns"][sel], "pid": r["pid"][sel],
+                        "tid": r["tid"][sel], "device": r["device"][sel], "kind": kind[sel], "name": names[sel]})
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    end = np.minimum(end, np.r_[start[1:], np.iinfo(np.int64).max])
+    return start, end
+
+
+def _frame(numbers: np.ndarray, start: np.ndarray, end: np.ndarray, source: str) -> pd.DataFrame:
+    return pd.DataFrame({"step": numbers.astype(np.int64), "start_ns": start.astype(np.int64),
+                         "end_ns": end.astype(np.int64), "source": source})
+
+
+def _projected(act: DeviceActivity, ranges: pd.DataFrame, source: str, numbers: np.ndarray | None
+               ) -> pd.DataFrame | None:
+    cpu = ranges[ranges["device"] < 0]
+    if len(cpu) == 0:
+        return None
+    gs, ge, ok = project_to_gpu(act, cpu["start_ns"].to_numpy(), cpu["end_ns"].to_numpy(),
+                                cpu["pid"].to_numpy(), cpu["tid"].to_numpy())
+    if not ok.any():
+        return None
+    nums = np.arange(len(cpu)) if numbers is None else numbers
+    order = np.argsort(gs[ok], kind="stable")
+    start, end = _disjoint(gs[ok], ge[ok])
+    return _frame(nums[ok][order], start, end, source)
+
+
+def _profiler_steps(act: DeviceActivity) -> pd.DataFrame | None:
+    cpu = ranges_named(act, pattern=_STEP_NUMBER, kinds=("profiler_step", "user_annotation", "cpu_op"))
+    cpu = cpu[cpu["device"] < 0]
+    numbers = np.array([int(_STEP_NUMBER.search(n).group(1)) for n in cpu["name"]], dtype=np.int64) \
+        if len(cpu) else np.empty(0, dtype=np.int64)
+    gpu = ranges_named(act, pattern=re.compile(r"^ProfilerStep"), kinds=("gpu_user_annotation",))
+    gpu = gpu[gpu["device"] == act.device]
+    if len(gpu):
+        nums = numbers if len(numbers) == len(gpu) else np.arange(len(gpu))
+        start, end = _disjoint(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+        return _frame(nums, start, end, "profiler_step")
+    return _projected(act, cpu, "profiler_step", numbers)
+
+
+def _dominant_stream_sequence(act: DeviceActivity) -> np.ndarray:
+    k = act.kernels
+    if len(k) == 0:
+        return np.empty(0, dtype=np.int64)
+    streams, counts = np.unique(k["stream"], return_counts=True)
+    return np.flatnonzero(k["stream"] == streams[np.argmax(counts)])
+
+
+def _best_period(names: np.ndarray) -> int | None:
+    """Lag with the highest self-match of the name sequence (smallest within 1% of the best), ≥ 90% match."""
+    n = len(names)
+    if n < 4:
+        return None
+    order = np.lexsort((np.arange(n), names))
+    same = names[order][1:] == names[order][:-1]
+    lags = (order[1:] - order[:-1])[same]
+    if len(lags) == 0:
+        return None
+    values, freq = np.unique(lags, return_counts=True)
+    candidates = values[np.argsort(-freq, kind="stable")][:24]
+    candidates = candidates[(candidates >= 2) & (candidates <= n // 2)]
+    if len(candidates) == 0:
+        return None
+    match = np.array([np.mean(names[:-p] == names[p:]) for p in candidates])  # ≤ 24 vector passes
+    good = match >= max(MIN_PERIOD_MATCH, match.max() - 0.01)
+    return int(candidates[good].min()) if good.any() else None
+
+
+def detect_steps(act: DeviceActivity) -> pd.DataFrame | None:
+    """Steps from the repeating kernel-name sequence of the busiest stream (see the module doc)."""
+    idx = _dominant_stream_sequence(act)
+    k = act.kernels
+    names = k["name_id"][idx].astype(np.int64)
+    period = _best_period(names)
+    if period is None:
+        return None
+    starts, ends = k["start_ns"][idx], k["end_ns"][idx]
+    gap = np.r_[0, starts[1:] - ends[:-1]]
+    n_full = len(idx) // period
+    phase_gaps = gap[: n_full * period].reshape(n_full, period)
+    phase = int(np.argmax(np.median(phase_gaps[1:] if n_full > 1 else phase_gaps, axis=0)))
+    cuts = np.arange(phase, len(idx), period)
+    if len(cuts) < 2:
+        return None
+    w_start = starts[cuts]
+    next_start = np.r_[w_start[1:], np.iinfo(np.int64).max]
+    # a step ends at the last end of the device's kernels that start before the next step's first kernel
+    owner = np.searchsorted(w_start, k["start_ns"], side="right") - 1
+    valid = owner >= 0
+    w_end = np.full(len(w_start), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(w_end, owner[valid], k["end_ns"][valid])
+    complete = np.r_[np.diff(cuts) == period, len(idx) - cuts[-1] == period]
+    w_end = np.minimum(w_end, next_start)
+    return _frame(np.arange(int(complete.sum())), w_start[complete], w_end[complete], "detected")
+
+
+def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:
+    """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order."""
+    found: pd.DataFrame | None = None
+    if step_range:
+        named = ranges_named(act, name=step_range)
+        gpu = named[named["device"] == act.device]
+        if len(gpu):
+            start, end = _disjoint(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+            found = _frame(np.arange(len(gpu)), start, end, f"nvtx:{step_range}")
+        else:
+            found = _projected(act, named, f"nvtx:{step_range}", None)
+    if found is None:
+        found = _profiler_steps(act)
+    if found is None:
+        found = detect_steps(act)
+    if found is None or len(found) == 0:
+        lo, hi = act.span
+        found = _frame(np.zeros(1), np.array([lo]), np.array([hi]), "none")
+    found = found[found["end_ns"] > found["start_ns"]]
+    return found.reset_index(drop=True)

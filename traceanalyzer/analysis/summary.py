@@ -1,0 +1,168 @@
+"""``summary``: every per-device breakdown, then cross-rank matching, the what-if estimate and the findings.
+
+Map: :func:`analyze_device` per (rank, device) with kernels, per trace. Reduce: cross-rank matching and the
+"if communication were free" estimate over all devices, GPU-metric and power aggregates, then the findings rules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import EmptyTraceError
+from ..trace import Trace
+from .device import analyze_device
+from .results import CrossRankSummary, DeviceSummary, Summary, TraceMeta, WhatIf
+
+PathLike = str | Path
+DEFAULT_LAYER_PATTERN = r"layer_?\d+"
+
+
+@dataclass
+class SummaryOptions:
+    """Options of :func:`summarize` (the ``summary`` command's flags)."""
+
+    step_range: str | None = None  # NVTX range name marking a step (default: ProfilerStep, else detected)
+    layer_pattern: str | None = DEFAULT_LAYER_PATTERN  # regex of range names marking layers
+    rules: PathLike | None = None  # extra classification rules (TOML)
+    gpu_log: PathLike | None = None  # nvidia-smi CSV log to align with the traces
+    jobs: int = 1  # worker processes for loading
+    findings: bool = True  # run the findings rules
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _optional(module: str, attr: str) -> Callable[..., Any] | None:
+    """A function of an optional sibling module, or None when the module is not part of this install."""
+    name = f"{__package__.rsplit('.', 1)[0]}.{module}"
+    if importlib.util.find_spec(name) is None:
+        return None
+    fn: Callable[..., Any] = getattr(importlib.import_module(name), attr)
+    return fn
+
+
+def device_pairs(trace: Trace) -> list[tuple[int, int]]:
+    """The (rank, device) pairs that have kernels, sorted."""
+    k = trace.kernels
+    if len(k) == 0:
+        return []
+    pairs = np.unique(np.c_[k["rank"].astype(np.int64), k["device"].astype(np.int64)], axis=0)
+    return [(int(r), int(d)) for r, d in pairs]
+
+
+def trace_meta(trace: Trace) -> TraceMeta:
+    """Header facts of a trace (formats, versions, ranks, devices, activity window); no environment data."""
+    k, m = trace.kernels, trace.memops
+    starts = np.r_[k["start_ns"], m["start_ns"]]
+    ends = np.r_[k["end_ns"], m["end_ns"]]
+    window = (int(starts.min()), int(ends.max())) if len(starts) else None
+    devices = [{"device": d.device, "name": d.name, "rank": d.rank, "sm_count": d.sm_count,
+                "compute_capability": d.compute_capability} for d in trace.devices]
+    ranks = sorted({r for r, _ in device_pairs(trace)})
+    return TraceMeta(path=str(trace.path), format=trace.format, tool_version=trace.tool_version,
+                     schema_version=trace.schema_version, ranks=ranks, devices=devices, window_ns=window,
+                     warnings=list(trace.warnings))
+
+
+def _gpu_metrics(traces: list[Trace]) -> pd.DataFrame | None:
+    aggregate = _optional("analysis.gpu_metrics", "aggregate_gpu_metrics")
+    if aggregate is None:
+        return None
+    frames = [aggregate(t).assign(trace=str(t.path)) for t in traces if len(t.gpu_metrics)]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _power(traces: list[Trace], devices: list[DeviceSummary], gpu_log: PathLike) -> dict[str, Any] | None:
+    read = _optional("analysis.power", "read_power_log")
+    during = _optional("analysis.power", "power_during")
+    if read is None or during is None:
+        return None
+    windows: dict[int, tuple[int, int]] = {}
+    base = {str(t.path): t.base_time_ns for t in traces}
+    for dev in devices:
+        origin = base.get(dev.trace)
+        lo, hi = dev.extra.get("window_ns", (0, 0))
+        if origin is None or hi <= lo:
+            continue
+        old = windows.get(dev.device)
+        span = (lo + origin, hi + origin)
+        windows[dev.device] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
+    if not windows:
+        return {"log": Path(gpu_log).name, "matched": False, "reason": "traces carry no UTC clock origin",
+                "gpus": []}
+    result: dict[str, Any] = during(read(gpu_log), windows)
+    return result
+
+
+def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = None, **kwargs: Any) -> Summary:
+    """The whole ``summary`` of already loaded (classified) traces: one :class:`DeviceSummary` per (rank, device)
+    with kernels, cross-rank matching, the what-if estimate and findings. ``kwargs`` set SummaryOptions fields."""
+    opts = options or SummaryOptions(**kwargs)
+    trace_list = [traces] if isinstance(traces, Trace) else list(traces)
+    metas = [trace_meta(t) for t in trace_list]
+    devices = [analyze_device(t, rank, device, options=opts)
+               for t in trace_list for rank, device in device_pairs(t)]
+    cross_fn = _optional("analysis.cross_rank", "analyze_cross_rank")
+    cross: CrossRankSummary | None = cross_fn(trace_list, devices) if cross_fn else None
+    what_if_fn = _optional("analysis.what_if", "estimate_comm_free")
+    what_if = what_if_fn(trace_list, devices, cross) if what_if_fn else \
+        WhatIf(None, "gpu_transfer", {"reason": "not computed"})
+    warnings = [f"{Path(t.path).name}: {w}" for t in trace_list for w in t.warnings]
+    result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
+                     gpu_metrics=_gpu_metrics(trace_list))
+    if opts.gpu_log is not None:
+        result.power = _power(trace_list, devices, opts.gpu_log)
+    findings_fn = _optional("findings", "run_findings") if opts.findings else None
+    if findings_fn is not None:
+        result.findings = findings_fn(trace_list, result, opts)
+    return result
+
+
+def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
+                    step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
+                    gpu_log: PathLike | None = None, progress: Any = None) -> Summary:
+    """Load trace files (or directories of rank traces) and summarize them; the ``summary`` command.
+
+    Raises :class:`EmptyTraceError` when no file has any kernel activity.
+    """
+    from ..api import load_many
+
+    traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
+    if not any(len(t.kernels) for t in traces):
+        first = traces[0] if traces else None
+        where = first.path if first is not None and len(traces) == 1 else ", ".join(str(p) for p in paths)
+        hint = _empty_hint(traces)
+        raise EmptyTraceError(where, "no kernel activity in the trace", hint)
+    options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
+                             jobs=jobs)
+    return summarize(traces, options)
+
+
+def _empty_hint(traces: list[Trace]) -> str:
+    if any(t.format == "nsys-sqlite" and not t.capabilities.get("has_kernel_table", True) for t in traces):
+        return "the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
+    return "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)"
+
+
+def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
+    """``ta.summary(...)``: summarize loaded Traces, or trace files / directories (loaded and classified first).
+
+    ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…).
+    """
+    items = list(traces_or_paths) if isinstance(traces_or_paths, (list, tuple)) else [traces_or_paths]
+    if items and all(isinstance(t, Trace) for t in items):
+        return summarize(items, SummaryOptions(**options))
+    if any(isinstance(t, Trace) for t in items):
+        raise TypeError("pass either Trace objects or paths, not both")
+    keys = ("rules", "jobs", "step_range", "layer_pattern", "gpu_log", "progress")
+    unknown = set(options) - set(keys)
+    if unknown:
+        raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    return summarize_paths(items, **options)  # type: ignore[arg-type]
