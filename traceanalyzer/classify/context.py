@@ -1,0 +1,116 @@
+"""Optional context pass (decisions 3 and 6): re-bucket kernels from the ranges that launched them.
+
+* cuBLAS/dense GEMMs launched inside an NVTX / user-annotation range named like an MoE block
+  (``experts``, ``moe``) by an eager per-expert loop become ``moe_gemm`` — only in range instances
+  that hold no grouped MoE kernel already (there the dense GEMM is the router or a shared expert).
+* NCCL ``SendRecv`` kernels under an ``all_to_all`` range get the sub-bucket ``all_to_all``.
+
+A kernel is "inside" a range when its GPU start lies in a GPU-side annotation of its device
+(Kineto ``gpu_user_annotation``), or when the host call that launched it (joined by correlation id)
+lies in a CPU range of the same process and thread. Everything is vectorized; the only Python loop
+is over devices / threads.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..trace import Trace
+
+MOE_RANGE = re.compile(r"expert|moe", re.IGNORECASE)
+ALL_TO_ALL_RANGE = re.compile(r"all_?to_?all|alltoall", re.IGNORECASE)
+_GPU_KINDS = ("gpu_user_annotation",)
+_CPU_KINDS = ("nvtx", "user_annotation", "cpu_op", "python_function")
+
+
+def _ids_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
+    """Boolean mask of rows whose string id's text matches ``pattern`` (each distinct id tested once)."""
+    unique, inverse = np.unique(ids, return_inverse=True)
+    hit = np.array([i >= 0 and bool(pattern.search(trace.strings[int(i)])) for i in unique], dtype=bool)
+    return hit[inverse] if len(ids) else np.zeros(0, dtype=bool)
+
+
+def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               range_group: np.ndarray) -> np.ndarray:
+    """Id of the (merged) range instance containing each point of the same group, ``-1`` if none."""
+    out = np.full(len(points), -1, dtype=np.int64)
+    next_id = 0
+    for g in np.unique(range_group):
+        sel = range_group == g
+        order = np.argsort(starts[sel], kind="stable")
+        s, e = starts[sel][order], ends[sel][order]
+        reach = np.maximum.accumulate(e)
+        new = np.ones(len(s), dtype=bool)
+        new[1:] = s[1:] >= reach[:-1]
+        label = np.cumsum(new) - 1 + next_id
+        next_id = int(label[-1]) + 1 if len(label) else next_id
+        where = np.flatnonzero(point_group == g)
+        t = points[where]
+        idx = np.searchsorted(s, t, side="right") - 1
+        ok = idx >= 0
+        inside = np.zeros(len(t), dtype=bool)
+        inside[ok] = t[ok] < reach[idx[ok]]
+        out[where[inside]] = label[idx[inside]]
+    return out
+
+
+def _range_instance(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
+    """For every kernel, the id of a matching range instance that contains it (``-1`` if none)."""
+    k, r = trace.kernels, trace.ranges
+    result = np.full(len(k), -1, dtype=np.int64)
+    if len(k) == 0 or len(r) == 0:
+        return result
+    named = _ids_matching(trace, r["name_id"], pattern) & (r["end_ns"] >= r["start_ns"])
+    kinds = trace.names(r["kind_id"])
+    gpu = named & np.isin(kinds, _GPU_KINDS) & (r["device"] >= 0)
+    if gpu.any():
+        result = _instances(k["start_ns"], k["device"].astype(np.int64), r["start_ns"][gpu], r["end_ns"][gpu],
+                            r["device"][gpu].astype(np.int64))
+    cpu = named & np.isin(kinds, _CPU_KINDS)
+    api = trace.api_calls
+    if cpu.any() and len(api):
+        key_api = api["pid"].astype(np.int64) << 32 | (api["correlation"] & 0xFFFFFFFF)
+        order = np.argsort(key_api, kind="stable")
+        key_k = k["pid"].astype(np.int64) << 32 | (k["correlation"] & 0xFFFFFFFF)
+        pos = np.clip(np.searchsorted(key_api[order], key_k), 0, len(order) - 1)
+        row = order[pos]
+        linked = (key_api[row] == key_k) & (k["correlation"] >= 0)
+        thread_of = lambda pid, tid: pid.astype(np.int64) * 1_000_003 + tid.astype(np.int64)  # noqa: E731
+        launch_group = np.where(linked, thread_of(api["pid"][row], api["tid"][row]), -1)
+        cpu_ids = _instances(api["start_ns"][row], launch_group, r["start_ns"][cpu], r["end_ns"][cpu],
+                             thread_of(r["pid"][cpu], r["tid"][cpu]))
+        offset = int(result.max()) + 1
+        result = np.where((result < 0) & (cpu_ids >= 0) & linked, cpu_ids + offset, result)
+    return result
+
+
+def refine_with_context(trace: Trace) -> Trace:
+    """Re-bucket eager-loop expert GEMMs to ``moe_gemm`` and all-to-all SendRecv from enclosing ranges.
+
+    Needs a classified trace (``classify_trace``); rows it changes get rule ``context.moe_range`` or
+    ``context.all_to_all_range``.
+    """
+    k = trace.kernels
+    if "bucket_id" not in k or len(k) == 0:
+        return trace
+    strings = trace.strings
+    bucket, sub, rule = k["bucket_id"].copy(), k["subbucket_id"].copy(), k["rule_id"].copy()
+    gemm, moe_ids = strings.get("gemm"), [strings.get(b) for b in ("moe_gemm", "moe_fp4_gemm")]
+    inst = _range_instance(trace, MOE_RANGE)
+    if (inst >= 0).any() and gemm >= 0:
+        has_moe = np.zeros(int(inst.max()) + 1, dtype=bool)
+        moe_rows = np.isin(bucket, moe_ids) & (inst >= 0)
+        has_moe[inst[moe_rows]] = True
+        move = (bucket == gemm) & (inst >= 0)
+        move[move] = ~has_moe[inst[move]]
+        bucket[move] = strings.intern("moe_gemm")
+        sub[move] = strings.intern("eager_expert_gemm")
+        rule[move] = strings.intern("context.moe_range")
+    sendrecv = strings.get("sendrecv")
+    if sendrecv >= 0 and (sub == sendrecv).any():
+        a2a = (_range_instance(trace, ALL_TO_ALL_RANGE) >= 0) & (sub == sendrecv)
+        sub[a2a] = strings.intern("all_to_all")
+        rule[a2a] = strings.intern("context.all_to_all_range")
+    return trace.with_table("kernels", k.with_columns(bucket_id=bucket, subbucket_id=sub, rule_id=rule))

@@ -1,0 +1,166 @@
+"""The classifier: a normalised kernel name → bucket, sub-bucket and tags, by the first matching rule."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .normalize import head, is_truncated, normalize_name
+from .rules import Rule, RuleSet
+
+FALLBACK_RULE = "fallback.other"
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """How one kernel (or memory-operation) name is classified."""
+
+    name: str
+    bucket: str
+    subbucket: str
+    precision: str
+    confidence: str
+    rule: str
+    fp4_format: str | None = None
+    arch: str | None = None
+    fused: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    normalized: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``classify --json`` contract keys first, then the extra tags."""
+        return {
+            "name": self.name,
+            "bucket": self.bucket,
+            "subbucket": self.subbucket,
+            "precision": self.precision,
+            "confidence": self.confidence,
+            "rule": self.rule,
+            "fp4_format": self.fp4_format,
+            "arch": self.arch,
+            "fused": list(self.fused),
+            "tags": list(self.tags),
+            "normalized": self.normalized,
+        }
+
+
+# -- tags read from the name ---------------------------------------------------------------------
+# Function names that list every dtype they support say nothing about this instance's dtype.
+_DTYPE_LIST_IN_NAME = re.compile(r"fp8_fp4|fp8_fp4_gemm|f8f6f4|mxf8f6f4|fp4_fp8", re.IGNORECASE)
+_PRECISION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("fp4", re.compile(r"e2m1|nvf4|mxf4|nvfp4|mxfp4|fp4|float4|w4a4", re.IGNORECASE)),
+    ("fp8", re.compile(r"e4m3|e5m2|fp8|float8|qqtst|w8a8_block", re.IGNORECASE)),
+    ("int4", re.compile(r"int4|uint4|w4a16|w4a8|wna16|u4b8|awq|gptq|marlin|machete|s4_", re.IGNORECASE)),
+    ("int8", re.compile(r"int8|imma|i8i8|s8s8|w8a8_int8", re.IGNORECASE)),
+    ("bf16", re.compile(r"bf16|bfloat16|bfloat", re.IGNORECASE)),
+    ("fp16", re.compile(r"(?<![bB])fp16|(?<![bB])f16(?!\d)|half|float16|h1688|h16816|h884|hgemm|_h\d+x\d+",
+                        re.IGNORECASE)),
+    ("fp32", re.compile(r"sgemm|tf32|_float(?![a-z0-9])|(?<![a-z0-9])f32(?![a-z0-9])|fp32|float32"
+                        r"|[<,] ?float ?[,>]|s1688gemm", re.IGNORECASE)),
+)
+_MXFP4 = re.compile(r"mxf4|mxfp4|mxe2m1|mx_?e2m1|ue8m0", re.IGNORECASE)
+_NVFP4 = re.compile(r"nvf4|nvfp4|ue4m3|^t?bmm_|^gemm_", re.IGNORECASE)
+_ARCH = re.compile(r"(?:^|[^a-zA-Z])(?:sm|SM)_?(\d{2,3})(?![\dx])|Sm(\d{2,3})(?![\dx])|(?:^|[^a-z])cutlass_(\d{2})_")
+_ARCH_FAMILY = re.compile(r"(?:^|[^a-zA-Z])sm(\d{1,2})x", re.IGNORECASE)
+_ARCH_BY_NAME = (("volta_", "sm70"), ("turing_", "sm75"), ("ampere_", "sm80"), ("hopper_", "sm90"))
+_FUSED_OPS = (
+    ("residual_add", re.compile(r"residual|fused_add|add_rms", re.IGNORECASE)),
+    ("rmsnorm", re.compile(r"rms_?norm|_norm|norm_|Norm", re.IGNORECASE)),
+    ("quant_fp8", re.compile(r"fp8|e4m3", re.IGNORECASE)),
+    ("quant_fp4", re.compile(r"fp4|e2m1", re.IGNORECASE)),
+)
+
+
+def _template_part(name: str) -> str:
+    """The name without its trailing parameter list (parameter types like ``int4*`` mislead dtype tags)."""
+    depth = 0
+    plain = name.replace("(anonymous namespace)", "{anon}")
+    for i, ch in enumerate(plain):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0 and i > 0:
+            return plain[:i]
+    return plain
+
+
+def infer_precision(name: str) -> str:
+    """Operand precision spelled in a normalised name (lowest precision wins), else ``unknown``."""
+    text = _DTYPE_LIST_IN_NAME.sub("", _template_part(name))
+    for precision, pattern in _PRECISION_PATTERNS:
+        if pattern.search(text):
+            return precision
+    return "unknown"
+
+
+def infer_fp4_format(name: str) -> str | None:
+    """``mxfp4`` (E2M1 + UE8M0 per 32) or ``nvfp4`` (E2M1 + UE4M3 per 16) when the name says which."""
+    if _MXFP4.search(name):
+        return "mxfp4"
+    if _NVFP4.search(name):
+        return "nvfp4"
+    return None
+
+
+def infer_arch(name: str) -> str | None:
+    """Target architecture spelled in the name (``sm90``, ``sm100``, ``sm120``…), else None."""
+    m = _ARCH.search(name)
+    if m:
+        digits = next(g for g in m.groups() if g)
+        return f"sm{digits}"
+    m = _ARCH_FAMILY.search(name)
+    if m:
+        return f"sm{m.group(1)}0"
+    lower = name.lower()
+    for prefix, arch in _ARCH_BY_NAME:
+        if lower.startswith(prefix):
+            return arch
+    return None
+
+
+def infer_fused(name: str, defaults: tuple[str, ...]) -> tuple[str, ...]:
+    """Ops fused into an all-reduce kernel: the rule's defaults plus those the name spells."""
+    ops = list(defaults)
+    for op, pattern in _FUSED_OPS:
+        if op not in ops and pattern.search(name):
+            ops.append(op)
+    return tuple(ops)
+
+
+def classify_one(raw: str, rules: RuleSet) -> KernelClass:
+    """Classify one raw kernel name with ``rules`` (first match wins; no match → ``other``, low)."""
+    norm = normalize_name(raw)
+    fn = head(norm)
+    rule: Rule | None = next((r for r in rules.rules if r.matches(norm, fn)), None)
+    truncated = is_truncated(raw)
+    extra_tags = ("truncated",) if truncated else ()
+    if rule is None:
+        return KernelClass(raw, "other", "unknown", infer_precision(norm), "low", FALLBACK_RULE,
+                           arch=infer_arch(norm), tags=extra_tags, normalized=norm)
+    precision = rule.precision or infer_precision(norm)
+    fp4_format = rule.fp4_format or (infer_fp4_format(norm) if precision == "fp4" else None)
+    fused = infer_fused(norm, rule.fused) if rule.fused else ()
+    return KernelClass(
+        name=raw,
+        bucket=rule.bucket,
+        subbucket=rule.subbucket,
+        precision=precision,
+        confidence=rule.confidence,
+        rule=rule.id,
+        fp4_format=fp4_format,
+        arch=infer_arch(norm),
+        fused=fused,
+        tags=rule.tags + extra_tags,
+        normalized=norm,
+    )
+
+
+def classify_unique(names: list[str], rules: RuleSet) -> dict[str, KernelClass]:
+    """Each distinct name classified once."""
+    out: dict[str, KernelClass] = {}
+    for name in names:
+        if name not in out:
+            out[name] = classify_one(name, rules)
+    return out

@@ -1,0 +1,72 @@
+"""Kernel-name normalisation (TAXONOMY decision 15): one spelling per kernel, whatever the demangler.
+
+Demanglers and profilers spell the same kernel differently: ``<4096ul>`` vs ``<(unsigned long)4096>``,
+``(anonymous namespace)`` vs ``<unnamed>``, ``> >`` vs ``>>``, ``T1 const*`` vs ``const T1 *``; names
+may still be mangled (``_Z…``), cut short (``...``), carry a ROCm ``.kd`` suffix or a ``void`` return
+type. :func:`normalize_name` maps all of these to one canonical text, used both for matching rules and
+for grouping kernels. It is cached, so a trace pays once per unique name.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from .demangle import demangle
+
+_BUILTIN_CAST = re.compile(
+    r"\((?:unsigned |signed )?(?:char|short|int|long|long long|__int128|bool)\)\s*(-?\d+)"
+)
+_INT_SUFFIX = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
+_BOOL_CAST = re.compile(r"\(bool\)\s*([01])")
+_ANON = re.compile(r"<unnamed>|\{anonymous\}|\(anonymous namespace\)")
+_SPACES = re.compile(r"\s+")
+_CLOSE = re.compile(r">\s+>")
+_PTR_SPACE = re.compile(r"\s+([*&]+)")
+_RETURN_TYPE = re.compile(r"^(?:void|int|float|double|auto|__global__ void)\s+(?=[\w:(<~])")
+_TRUNCATED = re.compile(r"\s*(?:\.\.\.|…)\s*$")
+_ROCM_SUFFIX = re.compile(r"\.kd$")
+
+
+def _canonical_args(text: str) -> str:
+    text = _BOOL_CAST.sub(lambda m: "true" if m.group(1) == "1" else "false", text)
+    text = _BUILTIN_CAST.sub(r"\1", text)
+    return _INT_SUFFIX.sub(r"\1", text)
+
+
+@lru_cache(maxsize=65536)
+def normalize_name(raw: str) -> str:
+    """The canonical spelling of a kernel name (demangled, no return type, uniform template text)."""
+    name = raw.strip()
+    name = _ROCM_SUFFIX.sub("", name)
+    if name.startswith("_Z"):
+        name = demangle(name)
+    name = _TRUNCATED.sub("", name)
+    name = _SPACES.sub(" ", name)
+    name = _RETURN_TYPE.sub("", name)
+    name = _ANON.sub("(anonymous namespace)", name)
+    if "<" in name or "(" in name:
+        name = _canonical_args(name)
+        while True:
+            collapsed = _CLOSE.sub(">>", name)
+            if collapsed == name:
+                break
+            name = collapsed
+        name = _PTR_SPACE.sub(r"\1", name)
+    return name.strip()
+
+
+def is_truncated(raw: str) -> bool:
+    """Whether the profiler (or a person) cut the name short with ``...``."""
+    return bool(_TRUNCATED.search(raw))
+
+
+def head(name: str) -> str:
+    """The qualified function name of a normalised name, without template arguments or parameters."""
+    plain = name.replace("(anonymous namespace)", "{anon}")
+    cut = len(plain)
+    for sep in ("<", "("):
+        j = plain.find(sep)
+        if 0 < j < cut:
+            cut = j
+    return plain[:cut].replace("{anon}", "(anonymous namespace)")

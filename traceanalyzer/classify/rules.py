@@ -1,0 +1,197 @@
+"""Classification rules as data: load, validate and compile the ordered rules of a TOML file.
+
+A rules file is a list of ``[[rule]]`` tables, checked top to bottom; the first that matches wins::
+
+    [[rule]]
+    id = "comm.nccl.allreduce"          # unique, shown in reports as the rule that matched
+    match = '^nccl(Dev)?Kernel_AllReduce' # regex searched in the normalised kernel name
+    bucket = "communication"
+    subbucket = "allreduce"
+    # optional:
+    on = "name"                 # "name" (default) or "head" (qualified function name only)
+    case_sensitive = false      # default false
+    not_match = 'regex'         # rule does not apply when this also matches
+    not_prefix = ["triton_"]    # ... or when the name starts with one of these
+    precision = "fp4"           # else inferred from the name
+    fp4_format = "nvfp4"        # nvfp4 | mxfp4, else inferred
+    fused = ["allreduce", "rmsnorm"]
+    tags = ["fused_comm"]
+    confidence = "low"          # default "high"
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import RulesError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+BUCKETS: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory", "other")
+PRECISIONS: tuple[str, ...] = ("fp4", "fp8", "int4", "int8", "bf16", "fp16", "fp32", "unknown")
+FP4_FORMATS: tuple[str, ...] = ("nvfp4", "mxfp4")
+CONFIDENCES: tuple[str, ...] = ("high", "low")
+
+_KEYS = {"id", "match", "bucket", "subbucket", "on", "case_sensitive", "not_match", "not_prefix", "precision",
+         "fp4_format", "fused", "tags", "confidence", "note"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One compiled rule."""
+
+    id: str
+    pattern: re.Pattern[str]
+    bucket: str
+    subbucket: str
+    on_head: bool = False
+    exclude: re.Pattern[str] | None = None
+    not_prefix: tuple[str, ...] = ()
+    precision: str | None = None
+    fp4_format: str | None = None
+    fused: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    confidence: str = "high"
+    source: str = "default"
+
+    def matches(self, name: str, head: str) -> bool:
+        """Whether this rule applies to a normalised name (``head``: its qualified function name)."""
+        if self.not_prefix and name.startswith(self.not_prefix):
+            return False
+        if not self.pattern.search(head if self.on_head else name):
+            return False
+        return self.exclude is None or not self.exclude.search(name)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Ordered rules: user rules first, then the defaults."""
+
+    rules: tuple[Rule, ...]
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _fail(path: str, problem: str) -> RulesError:
+    return RulesError(path, problem)
+
+
+def _str_list(value: Any, key: str, where: str, path: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(path, f"{where}: '{key}' must be a string or a list of strings")
+    return tuple(value)
+
+
+def _choice(raw: dict[str, Any], key: str, allowed: tuple[str, ...], where: str, path: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if value not in allowed:
+        raise _fail(path, f"{where}: {key} {value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _compile(text: Any, flags: int, key: str, where: str, path: str) -> re.Pattern[str]:
+    if not isinstance(text, str) or not text:
+        raise _fail(path, f"{where}: '{key}' must be a non-empty regex string")
+    try:
+        return re.compile(text, flags)
+    except re.error as exc:
+        raise _fail(path, f"{where}: bad regex in '{key}': {exc}") from None
+
+
+def compile_rule(raw: Any, index: int, path: str) -> Rule:
+    """A validated :class:`Rule` from one ``[[rule]]`` table (``path`` names the file in errors)."""
+    if not isinstance(raw, dict):
+        raise _fail(path, f"rule #{index + 1} is not a table")
+    rid = raw.get("id")
+    where = f"rule #{index + 1}" + (f" ({rid})" if isinstance(rid, str) else "")
+    if not isinstance(rid, str) or not rid:
+        raise _fail(path, f"{where}: missing 'id'")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise _fail(path, f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    bucket = _choice(raw, "bucket", BUCKETS, where, path)
+    if bucket is None:
+        raise _fail(path, f"{where}: missing 'bucket'")
+    subbucket = raw.get("subbucket", bucket)
+    if not isinstance(subbucket, str) or not subbucket:
+        raise _fail(path, f"{where}: 'subbucket' must be a non-empty string")
+    on = raw.get("on", "name")
+    if on not in ("name", "head"):
+        raise _fail(path, f"{where}: 'on' must be \"name\" or \"head\"")
+    flags = 0 if raw.get("case_sensitive", False) is True else re.IGNORECASE
+    pattern = _compile(raw.get("match"), flags, "match", where, path)
+    exclude = _compile(raw["not_match"], flags, "not_match", where, path) if "not_match" in raw else None
+    return Rule(
+        id=rid,
+        pattern=pattern,
+        bucket=bucket,
+        subbucket=subbucket,
+        on_head=on == "head",
+        exclude=exclude,
+        not_prefix=_str_list(raw.get("not_prefix", []), "not_prefix", where, path),
+        precision=_choice(raw, "precision", PRECISIONS, where, path),
+        fp4_format=_choice(raw, "fp4_format", FP4_FORMATS, where, path),
+        fused=_str_list(raw.get("fused", []), "fused", where, path),
+        tags=_str_list(raw.get("tags", []), "tags", where, path),
+        confidence=_choice(raw, "confidence", CONFIDENCES, where, path) or "high",
+        source=path,
+    )
+
+
+def parse_rules(text: str, path: str) -> tuple[Rule, ...]:
+    """Rules from TOML text; raises :class:`RulesError` naming ``path`` and the first problem."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(path, f"invalid TOML: {exc}") from None
+    raw_rules = doc.get("rule")
+    if not isinstance(raw_rules, list) or not raw_rules:
+        raise _fail(path, "no [[rule]] tables")
+    rules = tuple(compile_rule(r, i, path) for i, r in enumerate(raw_rules))
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise _fail(path, f"duplicate rule id {rule.id!r}")
+        seen.add(rule.id)
+    return rules
+
+
+@lru_cache(maxsize=1)
+def default_rules() -> tuple[Rule, ...]:
+    """The rules shipped inside the package (``traceanalyzer/rules/default.toml``)."""
+    text = resources.files("traceanalyzer").joinpath("rules/default.toml").read_text(encoding="utf-8")
+    return parse_rules(text, "default.toml")
+
+
+def load_rules(path: Path | str) -> tuple[Rule, ...]:
+    """User rules from a TOML file; any problem is a :class:`RulesError` (exit code 2)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(str(p), "no such rules file") from None
+    except UnicodeDecodeError:
+        raise _fail(str(p), "rules file is not UTF-8 text") from None
+    except OSError as exc:
+        raise _fail(str(p), f"cannot read rules file: {exc.strerror or exc}") from None
+    return parse_rules(text, str(p))
+
+
+def rule_set(user_rules: Path | str | None = None) -> RuleSet:
+    """User rules (if any) ahead of the defaults."""
+    defaults = default_rules()
+    if user_rules is None:
+        return RuleSet(defaults, ("default.toml",))
+    return RuleSet(load_rules(user_rules) + defaults, (str(user_rules), "default.toml"))
