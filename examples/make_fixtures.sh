@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Regenerate the project's fixtures/ from real runs of examples/moe_tp.py on NGPU GPUs (default 2).
+#
+#   DEST=/tmp/fixtures examples/make_fixtures.sh      # then copy $DEST/* into fixtures/
+#
+# Writes, under $DEST:
+#   kineto/tp${NGPU}_<mode>/rank<N>.json.gz   PyTorch-profiler traces, 4 layers, 3 profiled steps
+#   truth/<mode>[_nocomm]_rank<N>.json        no-profiler step times with / without the all-reduces
+#   nsys/tp${NGPU}_<mode>.sqlite              nsys exports (both ranks in one file), redacted
+#   versions.txt, run.log
+# nsys needs libdw.so.1 and libelf.so.1; where the machine lacks them, unpack the Debian packages
+# libdw1 and libelf1 into .nsysdeps/ (dpkg -x) and this script puts them on LD_LIBRARY_PATH for nsys.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+NGPU=${NGPU:-2}
+PY=${PYTHON:-python3}
+DEST=${DEST:-build/fixtures}
+NSYS=${NSYS:-$(command -v nsys || echo /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys)}
+NSYS_MODES=${NSYS_MODES:-prefill_serial prefill_overlap}
+MODES=${MODES:-prefill_serial prefill_overlap decode_eager decode_graphs}
+LAYERS=4
+EXTRA=${EXTRA:-}  # extra moe_tp.py options, e.g. smaller sizes for a CPU dry run
+RUN="$PY -m torch.distributed.run --nproc-per-node $NGPU examples/moe_tp.py $EXTRA"
+TMP=$(mktemp -d)
+mkdir -p "$DEST/kineto" "$DEST/truth" "$DEST/nsys"
+exec > >(tee -a "$DEST/run.log") 2>&1
+
+{
+  echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', \
+'.'.join(map(str, torch.cuda.nccl.version())), 'gpus', torch.cuda.device_count())"
+  $PY -c "import nvtx; print('nvtx package', nvtx.__version__)" 2>/dev/null || echo "nvtx package: absent (torch.cuda.nvtx used)"
+  "$NSYS" --version 2>/dev/null || echo "nsys: absent"
+  nvidia-smi topo -m
+} > "$DEST/versions.txt" 2>&1
+cat "$DEST/versions.txt"
+
+echo "== profiled runs (Kineto)"
+timeout 300 $RUN --mode $MODES --layers $LAYERS --warmup 3 --steps 3 --outdir "$TMP/kineto"
+for mode in $MODES; do
+  mkdir -p "$DEST/kineto/tp${NGPU}_$mode"
+  for ((r = 0; r < NGPU; r++)); do
+    mv "$TMP/kineto/${mode}_rank$r.json.gz" "$DEST/kineto/tp${NGPU}_$mode/rank$r.json.gz"
+  done
+done
+
+echo "== step times without the profiler, with and without the all-reduces"
+timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --warmup 5 --steps 30 --truth-dir "$DEST/truth"
+timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --comm-off --warmup 5 --steps 30 \
+  --truth-dir "$DEST/truth"
+
+if [ -x "$NSYS" ]; then
+  NSYS_ENV=()
+  if [ -d .nsysdeps ]; then
+    NSYS_ENV=(env "LD_LIBRARY_PATH=$PWD/.nsysdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}")
+  fi
+  for mode in $NSYS_MODES; do
+    echo "== nsys: $mode"
+    name="tp${NGPU}_$mode"
+    timeout 300 "${NSYS_ENV[@]}" "$NSYS" profile -s none --cpuctxsw=none -t cuda,nvtx --force-overwrite true \
+      -o "$TMP/$name" $RUN --mode "$mode" --layers $LAYERS --no-profile --warmup 2 --steps 3
+    "${NSYS_ENV[@]}" "$NSYS" export --type sqlite --force-overwrite true -o "$DEST/nsys/$name.sqlite" \
+      "$TMP/$name.nsys-rep" && $PY examples/redact_nsys.py "$DEST/nsys/$name.sqlite"
+  done
+fi
+ls -laR "$DEST"
