@@ -1,0 +1,202 @@
+"""Nsight Systems SQLite export (``nsys export --type sqlite``) → normalized :class:`Trace`.
+
+Works on every export from the 2021 era to 2026.x: tables and columns are probed (tables are created lazily
+and columns come and go between versions), the file is opened read-only and immutable, text that is not UTF-8
+is decoded as Latin-1. See docs/NSYS_SCHEMA.md in the shared research notes for the schema this follows.
+
+Several processes in one file are several ranks: MPI_RANKS when present, otherwise the processes that used a
+GPU, sorted by pid, are ranks 0..n-1 (with a warning).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInputError, CorruptFileError, UnknownFormatError
+from ..schema import TABLES
+from ..trace import StringPool, Table, Trace
+from . import NSYS, ProgressFn
+from .nsys_meta import (
+    GpuCatalog,
+    RankAssignment,
+    assign_ranks,
+    device_infos,
+    distinct_pid_devices,
+    export_versions,
+    graph_trace_mode,
+    mpi_ranks,
+    session_start_utc_ns,
+)
+from .nsys_sql import RowProgress, Schema, connect, count_rows, probe
+from .nsys_tables import (
+    GPU_METRICS,
+    GRAPH_TRACE,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NVTX,
+    NVTX_TYPE_DEFAULTS,
+    RUNTIME,
+    ReadContext,
+    collectives_from_nccl_ranges,
+    nvtx_event_types,
+    read_api_calls,
+    read_gpu_metrics,
+    read_graph_launches,
+    read_kernels,
+    read_memops,
+    read_ranges,
+)
+
+OPTIONAL_TABLES = frozenset({"memops", "ranges", "api_calls", "graph_launches", "gpu_metrics", "collectives"})
+_Columns = dict[str, np.ndarray]
+
+
+def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[str] | None = None) -> Trace:
+    """Load an nsys SQLite export. ``tables`` limits the optional tables read (kernels are always read).
+
+    ``progress(done_rows, total_rows)`` is called after every fetched chunk. Raises
+    :class:`~traceanalyzer.errors.BadInputError` for files that are not nsys exports or are corrupt.
+    """
+    path = Path(path)
+    try:
+        conn = connect(path)
+    except sqlite3.Error as exc:
+        raise BadInputError(path, f"cannot open the SQLite database ({exc})") from None
+    try:
+        return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables))
+    except sqlite3.DatabaseError as exc:
+        raise CorruptFileError(path, f"cannot read the SQLite database, it is corrupt or truncated ({exc})",
+                            "re-export it with nsys export --type sqlite") from None
+    finally:
+        conn.close()
+
+
+def _require_nsys(path: Path, schema: Schema) -> None:
+    if not schema.has("StringIds") and not schema.any_prefixed("CUPTI_", "NVTX_"):
+        raise UnknownFormatError(path, "not an nsys export: an SQLite database without StringIds or "
+                                       "CUPTI/NVTX tables", "export a report with nsys export --type sqlite")
+
+
+def raw_counts(conn: sqlite3.Connection, schema: Schema, types: dict[str, int]) -> tuple[dict[str, int], int]:
+    """(activity counts reported by ``info``, NVTX rows of the kinds the loader reads)."""
+    counts = {key: count_rows(conn, table) if schema.cols(table) else 0 for key, table in (
+        ("kernels", KERNEL), ("memcpy", MEMCPY), ("memset", MEMSET), ("gpu_metrics_samples", GPU_METRICS),
+        ("graph_launches", GRAPH_TRACE), ("api_calls", RUNTIME))}
+    by_type: dict[int, int] = {}
+    if schema.has(NVTX, "eventType"):
+        by_type = {int(t): int(n) for t, n in conn.execute(f"SELECT eventType, COUNT(*) FROM {NVTX} GROUP BY 1")
+                   if t is not None}
+    counts["nvtx_ranges"] = by_type.get(types["NvtxPushPopRange"], 0) + by_type.get(types["NvtxStartEndRange"], 0)
+    counts["nvtx_marks"] = by_type.get(types["NvtxMark"], 0)
+    return counts, counts["nvtx_ranges"] + counts["nvtx_marks"]
+
+
+def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]) -> dict[str, _Columns]:
+    cols: dict[str, _Columns] = {"kernels": read_kernels(ctx)}
+    if "memops" in want:
+        cols["memops"] = read_memops(ctx)
+    if want & {"ranges", "collectives"}:
+        ranges = read_ranges(ctx, types)
+        if "ranges" in want:
+            cols["ranges"] = ranges
+        if "collectives" in want:
+            cols["collectives"] = collectives_from_nccl_ranges(ctx.pool, ranges)
+    if "api_calls" in want:
+        cols["api_calls"] = read_api_calls(ctx)
+    if "graph_launches" in want:
+        cols["graph_launches"] = read_graph_launches(ctx)
+    if "gpu_metrics" in want:
+        cols["gpu_metrics"] = read_gpu_metrics(ctx)
+    return cols
+
+
+def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> np.ndarray:
+    """(pid, device) pairs with kernels; without kernels, those with graph launches or memory operations."""
+    if kernels and len(kernels["pid"]):
+        return np.unique(np.stack([kernels["pid"], kernels["device"].astype(np.int64)], axis=1), axis=0)
+    return distinct_pid_devices(conn, schema, (GRAPH_TRACE, MEMCPY, MEMSET))
+
+
+def _table(name: str, data: _Columns) -> Table:
+    """A declared table from loader columns without copying arrays that already have the declared dtype."""
+    n = len(next(iter(data.values())))
+    cols = {}
+    for col in TABLES[name]:
+        if col.name in data:
+            cols[col.name] = np.asarray(data[col.name], dtype=col.dtype)
+        else:
+            cols[col.name] = np.full(n, np.nan if col.dtype.startswith("float") else -1, dtype=col.dtype)
+    return Table(name, cols)
+
+
+def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, Table]:
+    tables = {}
+    for name, data in cols.items():
+        if data:
+            if "pid" in data:  # gpu_metrics are per device, not per process
+                data = {**data, "rank": ranks.of(data["pid"])}
+            tables[name] = _table(name, data)
+    return tables
+
+
+def _warnings(counts: dict[str, int], caps: dict[str, object], ranks: RankAssignment, open_ranges: int,
+              has_gpu_names: bool) -> list[str]:
+    out = []
+    if not caps["has_kernel_table"]:
+        out.append("export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL): nothing ran on a GPU while tracing, "
+                   "or CUDA was not traced (-t cuda)")
+    if counts["graph_launches"]:
+        out.append(f"CUDA graphs traced at graph level: kernels inside {counts['graph_launches']} graph launches "
+                   "are not itemised (profile with --cuda-graph-trace=node)")
+    if ranks.source == "process_order":
+        pids = ", ".join(f"{p}→{r}" for p, r in sorted(ranks.ranks.items()))
+        out.append(f"rank inferred from process order (pid→rank: {pids})")
+    if not has_gpu_names and caps["has_kernel_table"]:
+        out.append("export has no GPU description table (TARGET_INFO_GPU): device names are unknown")
+    if open_ranges:
+        out.append(f"{open_ranges} NVTX ranges were never closed (end_ns = -1)")
+    return out
+
+
+def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, want: frozenset[str]) -> Trace:
+    schema = probe(conn)
+    _require_nsys(path, schema)
+    types = nvtx_event_types(conn, schema) if schema.cols(NVTX) else dict(NVTX_TYPE_DEFAULTS)
+    counts, nvtx_rows = raw_counts(conn, schema, types)
+    source_counts = {KERNEL: counts["kernels"], MEMCPY: counts["memcpy"], MEMSET: counts["memset"],
+                     GPU_METRICS: counts["gpu_metrics_samples"], GRAPH_TRACE: counts["graph_launches"],
+                     RUNTIME: counts["api_calls"], "nvtx_rows": nvtx_rows}
+    planned = counts["kernels"] + sum(n for key, n in (
+        ("memops", counts["memcpy"] + counts["memset"]), ("ranges", nvtx_rows), ("api_calls", counts["api_calls"]),
+        ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
+        if key in want or (key == "ranges" and "collectives" in want))
+    pool = StringPool()
+    ctx = ReadContext(conn, schema, pool, RowProgress(progress, planned), source_counts)
+    cols = _read_tables(ctx, want, types)
+
+    pairs = _gpu_pairs(conn, schema, cols["kernels"])
+    ranks = assign_ranks(mpi_ranks(conn, schema), pairs[:, 0].tolist())
+    catalog = GpuCatalog(conn, schema)
+    meta_table, tool_version, schema_version = export_versions(conn, schema)
+    kernel_cols = schema.cols(KERNEL)
+    caps: dict[str, object] = {
+        "has_kernel_table": bool(kernel_cols), "has_nvtx": bool(schema.cols(NVTX)),
+        "has_graph_trace": bool(schema.cols(GRAPH_TRACE)), "graph_trace_mode": graph_trace_mode(conn, schema),
+        "has_gpu_metrics": bool(schema.cols(GPU_METRICS)), "has_mangled": "mangledName" in kernel_cols,
+        "meta_table": meta_table, "has_memcpy": bool(schema.cols(MEMCPY)), "has_memset": bool(schema.cols(MEMSET)),
+        "has_runtime": bool(schema.cols(RUNTIME)), "has_gpu_info": catalog.present, "rank_source": ranks.source,
+        "tables_read": sorted(want | {"kernels"}),
+    }
+    ranges = cols.get("ranges") or {}
+    open_ranges = int(np.count_nonzero(ranges["end_ns"] < 0)) if ranges else 0
+    return Trace(
+        path=str(path), format=NSYS, strings=pool, tables=_with_ranks(cols, ranks),
+        devices=device_infos(catalog, pairs, ranks), tool_version=tool_version, schema_version=schema_version,
+        base_time_ns=session_start_utc_ns(conn, schema), world_size=ranks.world_size,
+        raw_counts=counts, capabilities=caps,
+        warnings=_warnings(counts, caps, ranks, open_ranges, catalog.present),
+    )

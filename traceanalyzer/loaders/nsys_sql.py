@@ -1,0 +1,178 @@
+"""SQLite plumbing for the nsys loader: read-only connection, schema probing, chunked fetch into numpy,
+and StringIds → string-pool mapping done once per distinct id."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..trace import StringPool
+from . import ProgressFn
+
+FETCH_ROWS = 65536  # rows per fetchmany chunk: bounds the Python-tuple working set
+_IN_BATCH = 900  # ids per "IN (...)" query, below SQLite's historical 999-variable limit
+
+
+def decode_text(raw: bytes) -> str:
+    """UTF-8, else Latin-1 (old Windows exports store user/host names in Latin-1)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open an export read-only and immutable: no journal, WAL or lock file is needed (read-only dirs work)."""
+    uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    conn.text_factory = decode_text
+    return conn
+
+
+def quote(identifier: str) -> str:
+    """SQL-quoted identifier."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Tables of the export and the columns of each (from sqlite_master + PRAGMA table_info)."""
+
+    columns: dict[str, frozenset[str]]
+
+    def has(self, table: str, *cols: str) -> bool:
+        """Whether ``table`` exists and has every column in ``cols``."""
+        have = self.columns.get(table)
+        return have is not None and all(c in have for c in cols)
+
+    def cols(self, table: str) -> frozenset[str]:
+        """Columns of ``table`` (empty when absent)."""
+        return self.columns.get(table, frozenset())
+
+    def any_prefixed(self, *prefixes: str) -> bool:
+        """Whether any table name starts with one of ``prefixes``."""
+        return any(name.startswith(prefixes) for name in self.columns)
+
+
+def probe(conn: sqlite3.Connection) -> Schema:
+    """Discover every table and its columns; never trust the version string alone."""
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+    return Schema({n: frozenset(r[1] for r in conn.execute(f"PRAGMA table_info({quote(n)})")) for n in names})
+
+
+def count_rows(conn: sqlite3.Connection, table: str, where: str = "", params: Sequence[object] = ()) -> int:
+    """``COUNT(*)`` of a table, optionally filtered."""
+    sql = f"SELECT COUNT(*) FROM {quote(table)}" + (f" WHERE {where}" if where else "")
+    return int(conn.execute(sql, tuple(params)).fetchone()[0])
+
+
+class RowProgress:
+    """Turns rows fetched from several queries into one ``progress(done_rows, total_rows)`` stream."""
+
+    def __init__(self, progress: ProgressFn | None, total: int) -> None:
+        self._progress = progress
+        self.total = max(int(total), 0)
+        self.done = 0
+
+    def advance(self, rows: int) -> None:
+        """Count ``rows`` more rows fetched and report."""
+        self.done += rows
+        if self._progress is not None:
+            self._progress(self.done, max(self.total, self.done))
+
+
+ChunkConverter = Callable[[np.ndarray], dict[str, np.ndarray]]
+
+
+def fetch_columns(conn: sqlite3.Connection, sql: str, fields: Sequence[tuple[str, str]], expected: int,
+                  tick: RowProgress, params: Sequence[object] = (), *,
+                  convert: tuple[Sequence[tuple[str, str]], ChunkConverter] | None = None) -> dict[str, np.ndarray]:
+    """Run ``sql`` and return its result columns as numpy arrays named and typed by ``fields``.
+
+    Rows arrive in chunks of :data:`FETCH_ROWS` through ``fetchmany``; each chunk is converted at C speed
+    (``np.fromiter`` of a structured dtype) into preallocated columns of ``expected`` rows, so peak memory
+    is the final arrays plus one chunk. Integer columns must not be NULL (wrap them in ``IFNULL`` in SQL).
+    ``convert = (out_fields, fn)`` turns each structured chunk into the output columns instead (so a
+    derived column never exists at full length).
+    """
+    dtype = np.dtype(list(fields))
+    has_object = any(np.dtype(t) == object for _, t in fields)
+    out_fields, fn = convert if convert is not None else (fields, None)
+    cols = {name: np.empty(max(expected, 0), dtype=t) for name, t in out_fields}
+    cursor = conn.execute(sql, tuple(params))
+    n = 0
+    while rows := cursor.fetchmany(FETCH_ROWS):
+        k = len(rows)
+        chunk = np.array(rows, dtype=dtype) if has_object else np.fromiter(rows, dtype=dtype, count=k)
+        del rows
+        parts = fn(chunk) if fn is not None else {name: chunk[name] for name in cols}
+        if n + k > len(next(iter(cols.values()))):  # more rows than COUNT(*) said: only for a live file
+            cols = {name: np.concatenate([arr[:n], np.empty(max(k, n), arr.dtype)]) for name, arr in cols.items()}
+        for name in cols:
+            cols[name][n:n + k] = parts[name]
+        n += k
+        tick.advance(k)
+    return {name: arr[:n] if len(arr) != n else arr for name, arr in cols.items()}
+
+
+def string_values(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
+    """``StringIds.value`` for the given ids (missing ids are absent from the result)."""
+    wanted = [int(i) for i in ids if i >= 0]
+    found: dict[int, str] = {}
+    for lo in range(0, len(wanted), _IN_BATCH):
+        batch = wanted[lo:lo + _IN_BATCH]
+        marks = ",".join("?" * len(batch))
+        found.update(conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({marks})", batch).fetchall())
+    return found
+
+
+def intern_string_ids(conn: sqlite3.Connection, pool: StringPool, arrays: Sequence[np.ndarray],
+                      transform: Callable[[str], str] | None = None,
+                      has_string_table: bool = True) -> list[np.ndarray]:
+    """Map StringIds ids (``-1`` = none) in several arrays to pool ids, looking each distinct id up once.
+
+    ``transform`` rewrites each distinct string before interning (e.g. strip an API version suffix).
+    Without a StringIds table every id maps to ``-1``.
+    """
+    if not arrays:
+        return []
+    joined = np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
+    if len(joined) == 0:
+        return [np.full(len(a), -1, dtype=np.int32) for a in arrays]
+    uniq, inverse = np.unique(joined, return_inverse=True)
+    values = string_values(conn, uniq.tolist()) if has_string_table else {}
+    pool_ids = np.full(len(uniq), -1, dtype=np.int32)
+    for i, sid in enumerate(uniq.tolist()):
+        text = values.get(sid)
+        if text is not None:
+            pool_ids[i] = pool.intern(transform(text) if transform else text)
+    mapped = pool_ids[inverse.reshape(-1)]
+    bounds = np.cumsum([len(a) for a in arrays])[:-1]
+    return list(np.split(mapped, bounds))
+
+
+def intern_texts(pool: StringPool, texts: np.ndarray) -> np.ndarray:
+    """Pool ids (int32) of an object array of strings, ``None`` → ``-1``; each distinct text interned once."""
+    import pandas as pd
+
+    if len(texts) == 0:
+        return np.empty(0, dtype=np.int32)
+    codes, uniques = pd.factorize(texts, use_na_sentinel=True)
+    pool_ids = pool.intern_many(list(uniques))
+    out = np.full(len(texts), -1, dtype=np.int32)
+    present = codes >= 0
+    out[present] = pool_ids[codes[present]]
+    return out
+
+
+def sorted_by_start(columns: dict[str, np.ndarray], key: str = "start_ns") -> dict[str, np.ndarray]:
+    """Columns reordered by ``key`` (stable) when the file did not already store them in that order."""
+    start = columns[key]
+    if len(start) < 2 or bool(np.all(start[1:] >= start[:-1])):
+        return columns
+    order = np.argsort(start, kind="stable")
+    return {k: v[order] for k, v in columns.items()}
