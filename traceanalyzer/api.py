@@ -44,11 +44,14 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
 
 def info(path: PathLike) -> dict[str, Any]:
     """What a trace file holds (format, versions, devices, raw activity counts) — the ``info`` JSON contract."""
-    trace = load_one(path)
+    # counts and devices need no optional table: an nsys export is read without them (GPU metrics can be huge)
+    trace = load_one(path, tables=frozenset() if detect_format(path) == "nsys-sqlite" else None)
     if trace.raw_counts.get("kernels", 0) == 0 and trace.format == "nsys-sqlite" \
             and not trace.capabilities.get("has_kernel_table", True):
-        raise EmptyTraceError(path, "export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL)",
-                              "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node")
+        problem = "export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL)"
+        if graphs := trace.raw_counts.get("graph_launches", 0):
+            problem += f"; its {graphs} CUDA graph launches were traced at graph level, kernels not itemised"
+        raise EmptyTraceError(path, problem, "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node")
     counts = {key: int(trace.raw_counts.get(key, 0))
               for key in ("kernels", "memcpy", "memset", "nvtx_ranges", "gpu_metrics_samples")}
     return {
