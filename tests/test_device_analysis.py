@@ -143,7 +143,7 @@ def test_layers_from_collective_period_when_no_ranges():
     assert d.layer_source == "collective_period"
     pl = d.per_layer
     assert pl["step"].tolist() == [1, 1, 2, 2] and pl["layer"].tolist() == [0, 1, 0, 1]
-    assert list(zip(pl["start_ns"], pl["end_ns"], strict=True))[:2] == [(1000, 1034), (1034, 1074)]
+    assert list(zip(pl["start_ns"], pl["end_ns"], strict=True))[:2] == [(1000, 1034), (1040, 1074)]
     assert pl["comm_ns"].tolist() == [8, 8, 8, 8] and pl["compute_ns"].tolist() == [26, 26, 26, 26]
 
 

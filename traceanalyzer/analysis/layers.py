@@ -6,13 +6,14 @@ Sources, first that applies:
   kernel belongs to the innermost such CPU range open when its launching API call started (GPU-side
   ``gpu_user_annotation`` ranges: open when the kernel started); the layer's GPU window is the projection of the
   range (first start to last end of its kernels). Ranges that launched nothing on the device are dropped.
-* ``collective_period``: within each step, the communication kernels in start order are cut into layers of ``p``
-  collectives, ``p`` being the smallest period of the "compute between collectives" signature (the multiset of
-  kernel names launched on the GPU between two consecutive collectives) that matches at least 90% of the step's
-  segments after the first (a model with 2 all-reduces per layer gives ``p = 2``). Layer ``j`` of a step spans from
-  the end of layer ``j−1``'s last collective (the step start for ``j = 0``) to the end of its own last collective;
-  a kernel belongs to the layer whose window holds its start. The tail after the last collective (e.g. the LM
-  head) belongs to no layer.
+* ``collective_period``: within each step, the communication kernels in issue order (host launch time when
+  ≥ 95% of kernels link to their launch — the others then belong to no layer — else GPU start) are cut into
+  layers of ``p`` collectives, ``p`` being the smallest period of the "compute between collectives" signature
+  (the multiset of kernel names issued between two consecutive collectives) that matches at least 90% of the
+  step's segments after the first (a model with 2 all-reduces per layer gives ``p = 2``). Layer ``j`` of a step
+  holds the kernels issued after layer ``j−1``'s last collective (from the step's first kernel for ``j = 0``) up
+  to and including its own last collective; its GPU window is [first start, last end] of those kernels. The
+  tail after the last collective (e.g. the LM head) belongs to no layer.
 * ``none``.
 
 Per layer: ``compute_ns`` = union of its non-communication kernels; ``comm_ns`` = union of its communication
@@ -95,12 +96,12 @@ def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.nd
     return table, row
 
 
-def _signatures(act: DeviceActivity, comm_rows: np.ndarray, comm_step: np.ndarray) -> np.ndarray:
-    """Order-free hash of the compute kernels that start between collective i−1 and i of the same step."""
+def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, comm_step: np.ndarray) -> np.ndarray:
+    """Order-free hash of the compute kernels between collective i−1 and i (of the same step) on ``axis``."""
     k = act.kernels
-    comm_start = k["start_ns"][comm_rows]
-    compute = np.flatnonzero(~act.kernel_is_comm)
-    nxt = np.searchsorted(comm_start, k["start_ns"][compute], side="right")
+    comm_at = axis[comm_rows]
+    compute = np.flatnonzero(~act.kernel_is_comm & (axis >= 0))
+    nxt = np.searchsorted(comm_at, axis[compute], side="right")
     valid = nxt < len(comm_rows)
     compute, nxt = compute[valid], nxt[valid]
     prev_ok = (nxt == 0) | (comm_step[np.maximum(nxt - 1, 0)] == comm_step[nxt])
@@ -126,36 +127,49 @@ def _period(sig: np.ndarray, local: np.ndarray, step_of: np.ndarray) -> int | No
     return None
 
 
+def _order_axis(act: DeviceActivity) -> np.ndarray:
+    """Host launch times when ≥ 95% of kernels (and of collectives) link to their launch — the order the
+    program issued work, which stays regular when streams interleave on the GPU — else GPU start times."""
+    linked = act.launch_ns >= 0
+    if len(linked) and linked[act.kernel_is_comm].mean() >= 0.95 and linked.mean() >= 0.95:
+        return act.launch_ns
+    return act.kernels["start_ns"]
+
+
 def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     k = act.kernels
-    comm_rows = np.flatnonzero(act.kernel_is_comm)
-    comm_rows = comm_rows[np.argsort(k["start_ns"][comm_rows], kind="stable")]
+    axis = _order_axis(act)
     ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    comm_step = iv.window_of(k["start_ns"][comm_rows], ws, we)
-    comm_rows, comm_step = comm_rows[comm_step >= 0], comm_step[comm_step >= 0]
+    kernel_step = iv.window_of(k["start_ns"], ws, we)
+    comm_rows = np.flatnonzero(act.kernel_is_comm & (kernel_step >= 0) & (axis >= 0))
+    comm_rows = comm_rows[np.argsort(axis[comm_rows], kind="stable")]
+    comm_step = kernel_step[comm_rows]
     if len(comm_rows) < 2:
         return None
     first_of_step = np.r_[True, comm_step[1:] != comm_step[:-1]]
     group_start = np.flatnonzero(first_of_step)
     local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.r_[group_start, len(comm_rows)]))
-    p = _period(_signatures(act, comm_rows, comm_step), local, comm_step)
+    p = _period(_signatures(act, axis, comm_rows, comm_step), local, comm_step)
     if p is None:
         return None
     layer = local // p
     last_of_layer = np.r_[(layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), True]
-    ends = k["end_ns"][comm_rows]
     idx_last = np.flatnonzero(last_of_layer)
-    # window end = latest end among the layer's collectives
-    layer_id = np.cumsum(last_of_layer) - last_of_layer
-    w_end = np.full(len(idx_last), np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(w_end, layer_id, ends)
     lay_step, lay_num = comm_step[idx_last], layer[idx_last]
-    prev_end = np.r_[np.iinfo(np.int64).min, w_end[:-1]]
-    w_start = np.where(lay_num == 0, ws[lay_step], np.minimum(prev_end, w_end))
-    w_start = np.maximum(w_start, ws[lay_step])
-    row = iv.window_of(k["start_ns"], w_start, w_end)
+    # windows on the order axis: after the previous layer's last collective up to and including this layer's
+    step_first = np.full(len(ws), np.iinfo(np.int64).max, dtype=np.int64)
+    in_step = (kernel_step >= 0) & (axis >= 0)
+    np.minimum.at(step_first, kernel_step[in_step], axis[in_step])
+    a_end = axis[comm_rows[idx_last]] + 1
+    a_start = np.where(lay_num == 0, step_first[lay_step], np.r_[np.iinfo(np.int64).min, a_end[:-1]])
+    row = iv.window_of(np.where(axis >= 0, axis, np.iinfo(np.int64).min), a_start, a_end)
+    row = np.where(kernel_step >= 0, row, -1)
+    g_start = np.full(len(idx_last), np.iinfo(np.int64).max, dtype=np.int64)
+    g_end = np.full(len(idx_last), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(g_start, row[row >= 0], k["start_ns"][row >= 0])
+    np.maximum.at(g_end, row[row >= 0], k["end_ns"][row >= 0])
     table = pd.DataFrame({"layer": lay_num.astype(np.int64), "name": [f"layer_{j}" for j in lay_num.tolist()],
-                          "start_ns": w_start, "end_ns": w_end})
+                          "start_ns": g_start, "end_ns": g_end})
     return table, row
 
 

@@ -6,8 +6,11 @@ Sources, first that applies:
 2. ``ProfilerStep#N``: Kineto's GPU-side ``gpu_user_annotation`` ``ProfilerStep*`` ranges of the device when the
    trace has them (numbered by the CPU ``ProfilerStep#N`` in order), else the CPU ``profiler_step`` ranges
    projected to the GPU.
-3. Detected: the period of the kernel-name sequence of the device's busiest stream (the lag with the highest
-   self-match, at least 90%), cut where the median GPU gap before a kernel of the period is largest.
+3. Detected from the kernel-name sequence of the device's busiest stream: the *anchor* is the kernel name whose
+   occurrences repeat with the longest regular spacing (the step period in kernels); each period is cut before the
+   kernel that follows the largest GPU gap at the phase where the median gap is largest (searched within ±5% of
+   the period, so steps of slightly varying kernel counts are cut at their real boundary). Steps whose kernel
+   count is more than 10% off the typical one (warm-up, a partial step at either end) are dropped.
 4. One step covering the whole span.
 
 **GPU projection** of a CPU range ``[a, b)``: the kernels whose launching API call (joined on correlation id, same
@@ -28,7 +31,6 @@ from .activity import DeviceActivity
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
 _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
-MIN_PERIOD_MATCH = 0.9
 
 
 def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pids: np.ndarray,
@@ -138,24 +140,47 @@ def _dominant_stream_sequence(act: DeviceActivity) -> np.ndarray:
     return np.flatnonzero(k["stream"] == streams[np.argmax(counts)])
 
 
-def _best_period(names: np.ndarray) -> int | None:
-    """Lag with the highest self-match of the name sequence (smallest within 1% of the best), ≥ 90% match."""
+def _anchor_positions(names: np.ndarray) -> np.ndarray | None:
+    """Positions of the step anchor: the kernel name whose occurrences repeat with the longest regular spacing
+    (≥ 3 occurrences covering half the sequence, ≥ 80% of spacings within 10% of their median)."""
     n = len(names)
-    if n < 4:
+    if n < 6:
         return None
     order = np.lexsort((np.arange(n), names))
-    same = names[order][1:] == names[order][:-1]
-    lags = (order[1:] - order[:-1])[same]
-    if len(lags) == 0:
+    sorted_names = names[order]
+    same = sorted_names[1:] == sorted_names[:-1]
+    lag = (order[1:] - order[:-1]).astype(np.float64)
+    frame = pd.DataFrame({"name": sorted_names[1:][same], "lag": lag[same], "first": order[:-1][same],
+                          "last": order[1:][same]})
+    if len(frame) == 0:
         return None
-    values, freq = np.unique(lags, return_counts=True)
-    candidates = values[np.argsort(-freq, kind="stable")][:24]
-    candidates = candidates[(candidates >= 2) & (candidates <= n // 2)]
-    if len(candidates) == 0:
+    by = frame.groupby("name")
+    med = by["lag"].transform("median")
+    frame["regular"] = (frame["lag"] - med).abs() <= 0.1 * med
+    stats = pd.DataFrame({"lags": by.size(), "median": by["lag"].median(), "regular": by["regular"].mean(),
+                          "cover": by["last"].max() - by["first"].min()})
+    ok = stats[(stats["lags"] >= 2) & (stats["regular"] >= 0.8) & (stats["cover"] >= n / 2)
+               & (stats["median"] >= 2) & (stats["median"] <= n / 2)]
+    if len(ok) == 0:
         return None
-    match = np.array([np.mean(names[:-p] == names[p:]) for p in candidates])  # ≤ 24 vector passes
-    good = match >= max(MIN_PERIOD_MATCH, match.max() - 0.01)
-    return int(candidates[good].min()) if good.any() else None
+    anchor = ok.sort_values(["median", "lags"], ascending=[False, False]).index[0]
+    return np.flatnonzero(names == anchor)
+
+
+def _cut_positions(anchors: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, int]:
+    """Step starts: near each regular anchor, the kernel after the largest GPU gap at the phase where the
+    median gap over all periods is largest (searched within ±5% of the period to absorb variable-length steps)."""
+    spacing = np.diff(anchors)
+    period = int(np.median(spacing))
+    regular = np.flatnonzero(np.abs(spacing - period) <= 0.1 * period)
+    starts = anchors[np.union1d(regular, regular + 1)]  # both ends of every regular spacing
+    n = len(gap)
+    phase_idx = np.minimum(starts[:, None] + np.arange(period)[None, :], n - 1)
+    phase = int(np.argmax(np.median(gap[phase_idx], axis=0)))
+    width = max(1, period // 20)
+    window = np.clip(starts[:, None] + phase + np.arange(-width, width + 1)[None, :], 0, n - 1)
+    cuts = np.unique(window[np.arange(len(starts)), np.argmax(gap[window], axis=1)])
+    return cuts, period
 
 
 def detect_steps(act: DeviceActivity) -> pd.DataFrame | None:
@@ -163,27 +188,33 @@ def detect_steps(act: DeviceActivity) -> pd.DataFrame | None:
     idx = _dominant_stream_sequence(act)
     k = act.kernels
     names = k["name_id"][idx].astype(np.int64)
-    period = _best_period(names)
-    if period is None:
+    anchors = _anchor_positions(names)
+    if anchors is None:
         return None
     starts, ends = k["start_ns"][idx], k["end_ns"][idx]
     gap = np.r_[0, starts[1:] - ends[:-1]]
-    n_full = len(idx) // period
-    phase_gaps = gap[: n_full * period].reshape(n_full, period)
-    phase = int(np.argmax(np.median(phase_gaps[1:] if n_full > 1 else phase_gaps, axis=0)))
-    cuts = np.arange(phase, len(idx), period)
+    cuts, period = _cut_positions(anchors, gap)
+    lengths = np.diff(cuts)
+    typical = int(np.median(lengths)) if len(lengths) else period
+    # the last step runs for a typical step length when the sequence still has that many kernels
+    if len(idx) - cuts[-1] >= 0.9 * typical:
+        stop = np.r_[cuts[1:], min(len(idx), cuts[-1] + typical)]
+    else:
+        cuts, stop = cuts[:-1], cuts[1:]
+    keep = np.abs((stop - cuts) - typical) <= 0.1 * typical
+    cuts, stop = cuts[keep], stop[keep]
     if len(cuts) < 2:
         return None
     w_start = starts[cuts]
-    next_start = np.r_[w_start[1:], np.iinfo(np.int64).max]
-    # a step ends at the last end of the device's kernels that start before the next step's first kernel
+    # a step ends at the last end of the device's kernels (any stream) that start before its last dominant
+    # kernel ends, capped at the next step's start
+    w_last = ends[stop - 1]
     owner = np.searchsorted(w_start, k["start_ns"], side="right") - 1
-    valid = owner >= 0
-    w_end = np.full(len(w_start), np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(w_end, owner[valid], k["end_ns"][valid])
-    complete = np.r_[np.diff(cuts) == period, len(idx) - cuts[-1] == period]
-    w_end = np.minimum(w_end, next_start)
-    return _frame(np.arange(int(complete.sum())), w_start[complete], w_end[complete], "detected")
+    inside = (owner >= 0) & (k["start_ns"] < w_last[np.maximum(owner, 0)])
+    w_end = w_last.copy()
+    np.maximum.at(w_end, owner[inside], k["end_ns"][inside])
+    w_end = np.minimum(w_end, np.r_[w_start[1:], np.iinfo(np.int64).max])
+    return _frame(np.arange(len(cuts)), w_start, w_end, "detected")
 
 
 def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:
