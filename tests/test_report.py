@@ -1,0 +1,178 @@
+"""The HTML report: escaping, section order, plotly inlining, CSP, atomic writes, timeline downsampling."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _report_data import HOSTILE, STEP_NS, make_summary, make_traces
+
+from traceanalyzer.render import timeline
+from traceanalyzer.render.html import json_for_script, render_html, write_atomic
+from traceanalyzer.report import default_output
+
+SECTIONS = ["inputs", "headline", "breakdown", "timeline", "exposed", "gaps", "crossrank", "kernels", "metrics",
+            "method"]
+JSON_BLOCK = re.compile(r'<script type="application/json" id="([^"]+)">(.*?)</script>', re.S)
+SCRIPT = re.compile(r"<script([^>]*)>(.*?)</script>", re.S)
+
+
+@pytest.fixture(scope="module")
+def hostile_page() -> str:
+    traces = make_traces(hostile=True)
+    return render_html(make_summary(traces, hostile=True), traces, cdn=True)
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    traces = make_traces()
+    return render_html(make_summary(traces), traces)
+
+
+def test_json_for_script_escapes_and_round_trips() -> None:
+    raw = json.dumps({"k": "</script><img src=x onerror=alert(1)> & \u2028\u2029"})
+    safe = json_for_script(raw)
+    assert not set("<>&\u2028\u2029") & set(safe)
+    assert json.loads(safe) == json.loads(raw)
+
+
+def test_hostile_names_never_reach_markup(hostile_page: str) -> None:
+    markup = JSON_BLOCK.sub("", hostile_page)
+    lowered = markup.lower()
+    assert "<img" not in lowered and "onerror=alert" not in lowered.replace("onerror=alert(1)&gt;", "")
+    assert "alert(1)</script>" not in markup and "alert(2)" not in markup.replace("alert(2)&lt;", "")
+    assert html.escape(HOSTILE[0]) in markup  # shown, as text
+    scripts = [attrs for attrs, _ in SCRIPT.findall(hostile_page)]
+    assert len(scripts) == len(JSON_BLOCK.findall(hostile_page)) + 2  # data blocks + plotly CDN + boot script
+
+
+def test_hostile_names_survive_inside_figure_json(hostile_page: str) -> None:
+    blocks = JSON_BLOCK.findall(hostile_page)
+    assert blocks
+    for _, body in blocks:
+        assert "<" not in body and ">" not in body and "&" not in body.replace("\\u0026", "")
+    decoded = " ".join(html.unescape(json.dumps(json.loads(body))) for _, body in blocks)
+    assert HOSTILE[2].replace("/", "\\/") in decoded or HOSTILE[2] in html.unescape(
+        " ".join(json.dumps(json.loads(b), ensure_ascii=False) for _, b in blocks))
+
+
+def test_sections_in_order_and_findings_by_impact(page: str) -> None:
+    positions = [page.index(f'<section id="{s}">') for s in SECTIONS]
+    assert positions == sorted(positions)
+    assert page.index("All-reduce blocks compute") < page.index("Launch gaps")
+    assert "0.002 ms/step · 20.0 % of step" in page
+
+
+def test_plotly_inlined_once_and_scripts_allowed_by_hash(page: str) -> None:
+    from plotly.offline import get_plotlyjs
+
+    assert page.count(get_plotlyjs()[:500]) == 1
+    assert "<script src=" not in page
+    csp = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1))
+    assert "default-src 'none'" in csp and "connect-src 'none'" in csp
+    for attrs, body in SCRIPT.findall(page):
+        if "application/json" in attrs:
+            continue
+        digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in csp
+
+
+def test_cdn_page_is_small_and_references_cdn(hostile_page: str, page: str) -> None:
+    assert re.search(r'<script src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js"', hostile_page)
+    assert len(hostile_page.encode()) < 150_000
+    assert 3_000_000 < len(page.encode()) < 6_000_000
+
+
+def test_figures_cover_the_sections(page: str) -> None:
+    ids = [i for i, _ in JSON_BLOCK.findall(page)]
+    # breakdown, comm, 2 timelines, layers, collectives, gap histogram, cross-rank
+    assert len(ids) == 8
+    for fig_id in ids:
+        assert f'data-figure="{fig_id.removesuffix("-data")}"' in page
+
+
+def test_power_and_metrics_and_notes(page: str) -> None:
+    assert "power_log.csv" in page and "301.5" in page
+    assert "SMs Active [Throughput %]" in page
+    assert "synthetic data" in page
+    assert "profiler_step" in page
+
+
+def test_write_atomic_replaces_and_cleans_up(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "r.html"
+    write_atomic("first", out)
+    write_atomic("second", out)
+    assert out.read_text() == "second"
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic("bad \ud800 surrogate", out)
+    assert out.read_text() == "second"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r.html"]
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    (["x/prefill_rank0.json.gz"], "reports/prefill_rank0.html"),
+    (["a/tp2.sqlite", "b.sqlite"], "reports/tp2.html"),
+    (["runs/step.pt.trace.json"], "reports/step.html"),
+    (["runs/h200_kineto"], "reports/h200_kineto.html"),
+])
+def test_default_output(given: list[str], expected: str) -> None:
+    assert default_output(given) == Path(expected)
+
+
+def test_downsample_caps_rectangles_and_keeps_every_kernel() -> None:
+    n = 100_000
+    rng = np.random.default_rng(0)
+    start = np.cumsum(rng.integers(100, 300, n)).astype(np.int64)
+    end = start + rng.integers(20, 90, n)
+    stream = rng.integers(0, 3, n).astype(np.int64)
+    bucket = np.array(["gemm", "communication"], dtype=object)[(np.arange(n) // 50) % 2]
+    name = np.array([f"k{i}" for i in range(n)], dtype=object)
+    rects = timeline.downsample(start, end, stream, bucket, name, window_ns=int(end.max() - start.min()))
+    assert 0 < len(rects) <= timeline.MAX_RECTS
+    assert rects.count.sum() == n
+    assert rects.start_ns.min() == start.min() and rects.end_ns.max() == end.max()
+    assert set(rects.bucket) == {"gemm", "communication"}
+
+
+def test_downsample_keeps_long_kernels_and_small_inputs_intact() -> None:
+    start = np.array([0, 10, 20, 1000], dtype=np.int64)
+    end = np.array([5, 15, 900, 2000], dtype=np.int64)
+    stream = np.zeros(4, dtype=np.int64)
+    bucket = np.array(["gemm", "gemm", "gemm", "other"], dtype=object)
+    name = np.array(["a", "b", "long", "c"], dtype=object)
+    rects = timeline.downsample(start, end, stream, bucket, name, window_ns=2000, width_px=100)
+    # a and b (5 ns each, pixel = 20 ns) merge; the long gemm and the other-bucket kernel stay alone
+    assert rects.count.tolist() == [2, 1, 1]
+    assert rects.name[0].startswith("2 kernels")
+    assert rects.name[1:].tolist() == ["long", "c"]
+
+
+def test_downsample_merges_across_buckets_only_as_last_resort() -> None:
+    n = 20_000
+    start = np.arange(n, dtype=np.int64) * 10
+    end = start + 5
+    bucket = np.array(["gemm", "other"], dtype=object)[np.arange(n) % 2]
+    rects = timeline.downsample(start, end, np.zeros(n, np.int64), bucket, bucket.copy(),
+                                window_ns=int(end[-1]), max_rects=100)
+    assert len(rects) <= 100 and rects.count.sum() == n
+
+
+def test_timeline_uses_median_step_and_marks_exposed_comm() -> None:
+    traces = make_traces()
+    summary = make_summary(traces)
+    dev = summary.devices[0]
+    dev.per_step = dev.per_step.assign(end_ns=dev.per_step["start_ns"] + [STEP_NS, STEP_NS - 10, STEP_NS - 5])
+    window = timeline.representative_window(dev)
+    assert window.start_ns == 2 * STEP_NS and "step 2" in window.label
+    fig, facts = timeline.timeline_figure(traces[0], dev, escape=html.escape)
+    assert facts["kernels"] == 4 and facts["streams"] == 2
+    exposed = [t for t in fig.data if t.name.startswith("exposed comm")]
+    assert len(exposed) == 1 and np.allclose(exposed[0].x, [0.002])
+    comm = next(t for t in fig.data if t.name == "communication")
+    assert np.allclose(comm.base, [0.004]) and np.allclose(comm.x, [0.003])

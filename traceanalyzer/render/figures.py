@@ -1,0 +1,176 @@
+"""Plotly figures of the HTML report, built from result objects only (no trace access, no I/O).
+
+Every string that may come from a trace passes through ``escape`` (plotly renders a subset of HTML in labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from .formatting import (
+    EXPOSED_COLOR,
+    HIDDEN_COLOR,
+    IDLE_COLOR,
+    bucket_color,
+    bucket_sort_key,
+    device_label,
+)
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from ..analysis.results import CrossRankSummary, DeviceSummary
+
+Escape = Callable[[str], str]
+
+_BASE_LAYOUT = {"margin": {"l": 120, "r": 20, "t": 30, "b": 45},
+                "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
+                "modebar": {"orientation": "v"},
+                "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}}
+
+
+def column(df: pd.DataFrame, *candidates: str) -> str | None:
+    """The first of ``candidates`` that ``df`` has, else None."""
+    return next((c for c in candidates if c in df.columns), None)
+
+
+def _labels(devices: Sequence[DeviceSummary], escape: Escape) -> list[str]:
+    return [escape(device_label(d.rank, d.device)) for d in devices]
+
+
+def breakdown_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure:
+    """Stacked bars per device: exclusive bucket time (adds up to busy) plus idle, in ms."""
+    import plotly.graph_objects as go
+
+    labels = _labels(devices, escape)
+    buckets = sorted({b for d in devices for b in d.bucket_exclusive_ns}, key=bucket_sort_key)
+    fig = go.Figure()
+    for bucket in buckets:
+        ms = [d.bucket_exclusive_ns.get(bucket, 0) / 1e6 for d in devices]
+        fig.add_trace(go.Bar(orientation="h", y=labels, x=ms, name=escape(bucket),
+                             marker={"color": bucket_color(bucket)},
+                             hovertemplate="%{y}: %{x:.3f} ms<extra>" + escape(bucket) + "</extra>"))
+    fig.add_trace(go.Bar(orientation="h", y=labels, x=[d.idle_ns / 1e6 for d in devices], name="idle",
+                         marker={"color": IDLE_COLOR, "line": {"color": "#adb5bd", "width": 1}},
+                         hovertemplate="%{y}: %{x:.3f} ms<extra>idle</extra>"))
+    fig.update_layout(**_BASE_LAYOUT, barmode="stack", height=110 + 40 * len(devices),
+                      xaxis={"title": {"text": "ms over the profiled window"}},
+                      yaxis={"autorange": "reversed"})
+    return fig
+
+
+def comm_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure:
+    """Stacked bars per device: communication hidden under compute vs exposed (SM idle), in ms."""
+    import plotly.graph_objects as go
+
+    labels = _labels(devices, escape)
+    fig = go.Figure()
+    for name, attr, color in (("exposed (SM idle)", "comm_exposed_ns", EXPOSED_COLOR),
+                              ("hidden under compute", "comm_hidden_ns", HIDDEN_COLOR)):
+        fig.add_trace(go.Bar(orientation="h", y=labels, x=[getattr(d, attr) / 1e6 for d in devices], name=name,
+                             marker={"color": color}, hovertemplate="%{y}: %{x:.3f} ms<extra>" + name + "</extra>"))
+    fig.update_layout(**_BASE_LAYOUT, barmode="stack", height=110 + 40 * len(devices),
+                      xaxis={"title": {"text": "communication ms over the profiled window"}},
+                      yaxis={"autorange": "reversed"})
+    return fig
+
+
+def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-layer rows (one per step × layer) summed per layer: occurrences, comm, exposed, exposed per occurrence.
+
+    Empty when the frame lacks the ``layer`` / ``comm_exposed_ns`` columns.
+    """
+    if not len(df) or not {"layer", "comm_exposed_ns"} <= set(df.columns):
+        return pd.DataFrame()
+    named = df.assign(name=df["name"].astype(str) if "name" in df.columns else df["layer"].astype(str))
+    sums = {c: (c, "sum") for c in ("comm_ns", "comm_exposed_ns", "compute_ns") if c in df.columns}
+    out = named.groupby("layer", sort=True).agg(name=("name", "first"), occurrences=("name", "size"), **sums)
+    out["exposed_per_occurrence_ns"] = out["comm_exposed_ns"] / out["occurrences"]
+    return out.reset_index()
+
+
+def layer_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
+    """Grouped bars: exposed communication per layer occurrence (≈ per step), per device, in ms."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for d in devices:
+        totals = layer_totals(d.per_layer)
+        if not len(totals):
+            continue
+        fig.add_trace(go.Bar(x=[escape(v) for v in totals["name"]],
+                             y=totals["exposed_per_occurrence_ns"].to_numpy(dtype=float) / 1e6,
+                             name=escape(device_label(d.rank, d.device)),
+                             hovertemplate="%{x}: %{y:.4f} ms<extra>%{fullData.name}</extra>"))
+    if not fig.data:
+        return None
+    fig.update_layout(**_BASE_LAYOUT, barmode="group", height=340,
+                      xaxis={"title": {"text": "layer"}, "type": "category"},
+                      yaxis={"title": {"text": "exposed comm per occurrence, ms"}})
+    fig.update_layout(margin={"l": 60})
+    return fig
+
+
+def collective_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
+    """Exposed vs hidden time of every collective instance in order (ms); None without collectives."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for d in devices:
+        df = d.collectives
+        exposed = column(df, "exposed_ns", "comm_exposed_ns")
+        if not len(df) or exposed is None:
+            continue
+        fig.add_trace(go.Scatter(x=np.arange(len(df)), y=df[exposed].to_numpy(dtype=float) / 1e6,
+                                 mode="markers", marker={"size": 4},
+                                 name=escape(device_label(d.rank, d.device)),
+                                 hovertemplate="#%{x}: %{y:.4f} ms exposed<extra>%{fullData.name}</extra>"))
+    if not fig.data:
+        return None
+    fig.update_layout(**_BASE_LAYOUT, height=300, xaxis={"title": {"text": "collective instance (in order)"}},
+                      yaxis={"title": {"text": "exposed ms"}, "rangemode": "tozero"})
+    fig.update_layout(margin={"l": 60})
+    return fig
+
+
+def gap_histogram(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
+    """Histogram of the durations (µs) of SM-idle segments during collectives; None when there are none."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for d in devices:
+        df = d.comm_idle_gaps_ns
+        if not len(df):
+            continue
+        dur_col = column(df, "duration_ns")
+        dur = df[dur_col].to_numpy(dtype=float) if dur_col else \
+            (df["end_ns"] - df["start_ns"]).to_numpy(dtype=float)
+        fig.add_trace(go.Histogram(x=dur / 1e3, name=escape(device_label(d.rank, d.device)), opacity=0.75,
+                                   nbinsx=60, hovertemplate="%{x} µs: %{y} segments<extra>%{fullData.name}</extra>"))
+    if not fig.data:
+        return None
+    fig.update_layout(**_BASE_LAYOUT, barmode="overlay", height=320,
+                      xaxis={"title": {"text": "segment duration, µs"}},
+                      yaxis={"title": {"text": "segments"}, "type": "log"})
+    fig.update_layout(margin={"l": 60})
+    return fig
+
+
+def cross_rank_figure(cross: CrossRankSummary) -> go.Figure | None:
+    """Bars of wait/skew time per rank, the straggler in its own colour; None without matched collectives."""
+    import plotly.graph_objects as go
+
+    if not cross.wait_ns_by_rank:
+        return None
+    ranks = sorted(cross.wait_ns_by_rank)
+    colors = [EXPOSED_COLOR if r == cross.straggler_rank else "#4a6fa5" for r in ranks]
+    fig = go.Figure(go.Bar(x=[f"rank {r}" for r in ranks], y=[cross.wait_ns_by_rank[r] / 1e6 for r in ranks],
+                           marker={"color": colors}, hovertemplate="%{x}: %{y:.3f} ms waiting<extra></extra>"))
+    fig.update_layout(**_BASE_LAYOUT, height=300, yaxis={"title": {"text": "wait/skew ms over the window"}},
+                      xaxis={"type": "category"}, showlegend=False)
+    fig.update_layout(margin={"l": 60})
+    return fig

@@ -1,0 +1,81 @@
+"""Number formatting and bucket presentation shared by the terminal and HTML renderers."""
+
+from __future__ import annotations
+
+import math
+from typing import SupportsFloat
+
+#: Buckets in display order (TAXONOMY.md); unknown buckets sort after these.
+BUCKET_ORDER: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory",
+                                 "other")
+
+#: One colour per bucket, the same in every chart and in the terminal.
+BUCKET_COLORS: dict[str, str] = {
+    "moe_fp4_gemm": "#7b3fb5",
+    "moe_gemm": "#b07fe0",
+    "gemm": "#2f6fbf",
+    "attention": "#2a9d8f",
+    "communication": "#e4572e",
+    "memory": "#e9c46a",
+    "other": "#9aa5b1",
+}
+FALLBACK_COLOR = "#6c757d"
+IDLE_COLOR = "#e9ecef"
+HIDDEN_COLOR = "#f4a582"
+EXPOSED_COLOR = "#b2182b"
+
+
+def bucket_sort_key(bucket: str) -> tuple[int, str]:
+    """Sort key putting known buckets in taxonomy order and the rest alphabetically after them."""
+    try:
+        return (BUCKET_ORDER.index(bucket), bucket)
+    except ValueError:
+        return (len(BUCKET_ORDER), bucket)
+
+
+def bucket_color(bucket: str) -> str:
+    """The chart colour of a bucket."""
+    return BUCKET_COLORS.get(bucket, FALLBACK_COLOR)
+
+
+def fmt_ns(ns: SupportsFloat | None, *, unit: str | None = None) -> str:
+    """A duration in the most readable unit (``12.3 ms``); ``—`` when unknown."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "—"
+    value = float(ns)
+    if unit is None:
+        mag = abs(value)
+        unit = "s" if mag >= 1e9 else "ms" if mag >= 1e6 else "µs" if mag >= 1e3 else "ns"
+    scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "us": 1e3, "ns": 1.0}[unit]
+    scaled = value / scale
+    if unit == "ns":
+        return f"{scaled:.0f} ns"
+    digits = 3 if abs(scaled) < 10 else 2 if abs(scaled) < 100 else 1
+    return f"{scaled:.{digits}f} {unit}"
+
+
+def fmt_ms(ns: SupportsFloat | None) -> str:
+    """A duration in milliseconds with 3 decimals; ``—`` when unknown."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "—"
+    return f"{float(ns) / 1e6:.3f}"
+
+
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    """A percentage (``42.0 %``); ``—`` when unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.{digits}f} %"
+
+
+def pct_of(part: float | int | None, whole: float | int | None) -> float | None:
+    """``part / whole * 100``, or None when either is unknown or ``whole`` is 0."""
+    if part is None or whole is None or not whole:
+        return None
+    return 100.0 * float(part) / float(whole)
+
+
+def device_label(rank: int, device: int, name: str | None = None, *, with_name: bool = False) -> str:
+    """``rank 0 · GPU 1`` (rank omitted when unknown), optionally with the GPU model."""
+    head = f"rank {rank} · GPU {device}" if rank is not None and rank >= 0 else f"GPU {device}"
+    return f"{head} ({name})" if with_name and name else head

@@ -1,0 +1,177 @@
+"""The single-file HTML report: a jinja2 template (autoescape on) with plotly figures embedded as JSON.
+
+Safety: every trace string reaches the page either through jinja2 autoescaping or inside a
+``<script type="application/json">`` block whose ``<``, ``>``, ``&``, U+2028 and U+2029 are written as
+``\\uXXXX`` escapes, so no name can close the script element. A Content-Security-Policy allows only the page's
+own two scripts (by hash) and no network access (``--cdn``: the plotly CDN script as well).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from markupsafe import Markup
+
+from . import figures, sections
+from .formatting import fmt_ns
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from ..analysis.results import Summary
+    from ..trace import Trace
+
+MAX_TIMELINES = 16  # devices drawn on the timeline; the rest are listed as omitted
+
+
+def json_for_script(text: str) -> str:
+    """JSON text made safe inside ``<script type="application/json">`` (still valid JSON)."""
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def plot_text(text: str) -> str:
+    """A trace string made literal for plotly labels (plotly interprets a few HTML tags and entities)."""
+    return html.escape(str(text), quote=True)
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure placed in the page: a div and the JSON block it is drawn from."""
+
+    id: str
+    json: Markup
+    caption: str = ""
+
+
+class _Figures:
+    """Collects figures in page order and hands out ids."""
+
+    def __init__(self) -> None:
+        self.plots: list[Plot] = []
+
+    def add(self, fig: go.Figure | None, caption: str = "") -> Plot | None:
+        if fig is None:
+            return None
+        fig.update_layout(template="plotly_white", autosize=True)
+        plot = Plot(f"fig{len(self.plots)}", Markup(json_for_script(fig.to_json())), caption)
+        self.plots.append(plot)
+        return plot
+
+
+@lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    if "</script" in js.lower():  # never expected; inlining it would break the page
+        raise RuntimeError("plotly.js contains '</script' and cannot be inlined")
+    return js
+
+
+def _plotly_cdn_url() -> str:
+    from plotly.offline.offline import get_plotlyjs_version
+
+    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+
+
+def _asset(name: str) -> str:
+    return (Path(__file__).resolve().parent.parent / "templates" / name).read_text(encoding="utf-8")
+
+
+def _csp_hash(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("traceanalyzer", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["ns"] = fmt_ns
+    return env
+
+
+def _timelines(summary: Summary, traces: Sequence[Trace], plots: _Figures) -> list[dict[str, Any]]:
+    from .timeline import timeline_figure
+
+    by_path = {t.path: t for t in traces}
+    out: list[dict[str, Any]] = []
+    for ds in summary.devices[:MAX_TIMELINES]:
+        trace = by_path.get(ds.trace) or next(
+            (t for t in traces if ds.device in {d.device for d in t.devices}), None)
+        if trace is None:
+            continue
+        fig, facts = timeline_figure(trace, ds, escape=plot_text)
+        out.append({"label": sections.device_title(ds), "plot": plots.add(fig), **facts})
+    return out
+
+
+def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = False,
+                generated_at: datetime | None = None) -> str:
+    """The whole report page as text. ``traces`` (the analysed Traces) feed the timeline; without them it is left
+    out. ``cdn`` loads plotly from its CDN instead of inlining it."""
+    from .. import __version__
+
+    plots = _Figures()
+    devices = summary.devices
+    context: dict[str, Any] = {
+        "version": __version__,
+        "generated": (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
+        "header": sections.header(summary),
+        "headline": sections.headline(summary),
+        "findings": sections.findings(summary),
+        "breakdown_plot": plots.add(figures.breakdown_figure(devices, plot_text)) if devices else None,
+        "comm_plot": plots.add(figures.comm_figure(devices, plot_text)) if devices else None,
+        "device_table": sections.device_rows(summary),
+        "timelines": _timelines(summary, traces, plots),
+        "timelines_omitted": max(len(devices) - MAX_TIMELINES, 0),
+        "layer_plot": plots.add(figures.layer_figure(devices, plot_text)),
+        "layer_table": sections.layer_rows(devices),
+        "collective_plot": plots.add(figures.collective_figure(devices, plot_text)),
+        "collective_table": sections.collective_rows(devices),
+        "gap_plot": plots.add(figures.gap_histogram(devices, plot_text)),
+        "gap_stats": sections.gap_rows(devices),
+        "cross_rank": sections.cross_rank(summary.cross_rank),
+        "cross_plot": plots.add(figures.cross_rank_figure(summary.cross_rank)) if summary.cross_rank else None,
+        "top_kernels": sections.top_kernel_groups(devices),
+        "gpu_metrics": sections.gpu_metric_rows(summary.gpu_metrics),
+        "power": sections.power_rows(summary.power),
+        "notes": sections.method_notes(summary),
+    }
+    boot = _asset("report.js")
+    plotly_js = None if cdn else _plotly_js()
+    script_src = [_csp_hash(boot)] + ([_plotly_cdn_url()] if cdn else [_csp_hash(plotly_js or "")])
+    csp = ("default-src 'none'; script-src " + " ".join(script_src) +
+           "; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'")
+    template = _environment().get_template("report.html")
+    return template.render(**context, plots=plots.plots, csp=csp, css=Markup(_asset("report.css")),
+                           boot_js=Markup(boot), plotly_js=Markup(plotly_js) if plotly_js else None,
+                           plotly_cdn=_plotly_cdn_url() if cdn else None)
+
+
+def write_atomic(text: str, output: Path) -> Path:
+    """Write ``text`` to ``output`` through a temporary file in the same folder (never a half-written file)."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return output

@@ -1,0 +1,304 @@
+"""Report sections as plain template data (strings and small dicts) built from the result objects.
+
+The template escapes every string; nothing here produces HTML.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .figures import column, layer_totals
+from .formatting import bucket_color, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, pct_of
+
+if TYPE_CHECKING:
+    from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
+
+MAX_TABLE_ROWS = 200
+TOP_KERNELS_PER_BUCKET = 10
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("span", "first kernel/memory-op start to last end on the device."),
+    ("busy", "union of all GPU activity (kernels and memory operations); idle = span − busy."),
+    ("bucket time", "union of the bucket's kernels. The exclusive split assigns each busy nanosecond to one "
+                    "bucket so that the parts add up to busy."),
+    ("comm", "union of the communication bucket's intervals (collectives and peer transfers)."),
+    ("hidden comm", "comm ∩ union of the non-communication kernels on the same device: overlapped with compute."),
+    ("exposed comm", "comm − hidden: the device runs collectives and no compute kernel. This is the SM-idle time "
+                     "during collectives, reported per collective instance, per step and per layer."),
+    ("overlap %", "hidden / comm."),
+    ("steps", "from ProfilerStep annotations (Kineto) or a chosen NVTX range, else detected from the repeating "
+              "kernel sequence. Per-step figures divide window totals by the number of steps."),
+    ("layers", "from NVTX ranges matching the layer pattern, else from the period of collectives within a step."),
+    ("cross-rank wait", "the same collective instance matched across ranks: its transfer time ≈ the shortest "
+                        "rank's duration; the rest is wait/skew. The rank that arrives last is the straggler."),
+    ("cost if communication were free", "the step-time reduction to expect: exposed transfer time when the GPU is "
+                                        "the bottleneck, the host-side cost of issuing collectives when the step "
+                                        "is launch-bound."),
+)
+
+
+def device_title(d: DeviceSummary) -> str:
+    """Heading of one device: rank, GPU index and model."""
+    return device_label(d.rank, d.device, d.name, with_name=True)
+
+
+def _int(value: Any) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value)
+
+
+# -- header and headline ---------------------------------------------------------------------------------
+def header(summary: Summary) -> dict[str, Any]:
+    """Files (base names only), formats and versions, GPUs, ranks and the profiled window."""
+    files = []
+    for t in summary.traces:
+        window = t.window_ns[1] - t.window_ns[0] if t.window_ns else None
+        files.append({
+            "name": Path(t.path).name, "format": t.format,
+            "versions": ", ".join(f"{k} {v}" for k, v in (("tool", t.tool_version), ("schema", t.schema_version))
+                                  if v) or "—",
+            "ranks": ", ".join(str(r) for r in t.ranks if r is not None and r >= 0) or "—",
+            "gpus": ", ".join(f"GPU {d.get('device')}" + (f" {d['name']}" if d.get("name") else "")
+                              for d in t.devices) or "—",
+            "window": fmt_ns(window),
+        })
+    names = sorted({d.name for d in summary.devices if d.name})
+    ranks = sorted({d.rank for d in summary.devices if d.rank is not None and d.rank >= 0})
+    return {"files": files, "gpu_models": ", ".join(names) or "unknown", "n_devices": len(summary.devices),
+            "ranks": ", ".join(map(str, ranks)) or "—"}
+
+
+def _step_ns(summary: Summary) -> float | None:
+    medians = [d.step_ns_median for d in summary.devices if d.step_ns_median]
+    return float(np.median(medians)) if medians else None
+
+
+def headline(summary: Summary) -> list[dict[str, str]]:
+    """The few numbers a reader needs first, pooled over devices."""
+    devices = summary.devices
+    step = _step_ns(summary)
+    cards: list[dict[str, str]] = []
+    if step:
+        n_steps = max((d.steps for d in devices), default=0)
+        cards.append({"label": "median step", "value": fmt_ns(step), "sub": f"{n_steps} steps profiled"})
+    per_step = [d.comm_exposed_per_step_ns for d in devices if d.comm_exposed_per_step_ns is not None]
+    if per_step:
+        worst = max(per_step)
+        cards.append({"label": "exposed comm per step (worst device)", "value": fmt_ns(worst),
+                      "sub": f"{fmt_pct(pct_of(worst, step))} of the step" if step else "SM idle during collectives"})
+    comm = sum(d.comm_ns for d in devices)
+    if comm:
+        hidden = sum(d.comm_hidden_ns for d in devices)
+        busy = sum(d.busy_ns for d in devices)
+        cards.append({"label": "communication hidden under compute", "value": fmt_pct(pct_of(hidden, comm)),
+                      "sub": f"comm is {fmt_pct(pct_of(comm, busy))} of busy time"})
+    saving = summary.what_if.comm_free_step_saving_ns
+    if saving is not None:
+        cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
+                      "sub": f"{fmt_pct(pct_of(saving, step))} of the step · basis: {summary.what_if.basis}"
+                      if step else f"basis: {summary.what_if.basis}"})
+    span = sum(d.span_ns for d in devices)
+    if span:
+        cards.append({"label": "GPU busy", "value": fmt_pct(pct_of(sum(d.busy_ns for d in devices), span)),
+                      "sub": "of the profiled span, all devices"})
+    cr = summary.cross_rank
+    if cr is not None and cr.straggler_rank is not None:
+        cards.append({"label": "straggler", "value": f"rank {cr.straggler_rank}",
+                      "sub": f"{cr.collectives_matched} collectives matched"})
+    return cards
+
+
+def _evidence_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return ", ".join(map(str, value[:8])) + f", … ({len(value)} items)"
+    text = str(value)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def findings(summary: Summary) -> list[dict[str, Any]]:
+    """Findings, largest impact per step first (unquantified ones last)."""
+    step = _step_ns(summary)
+    ordered = sorted(summary.findings, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0)))
+    rows = []
+    for f in ordered:
+        pct = f.impact_pct_of_step if f.impact_pct_of_step is not None else pct_of(f.impact_ns_per_step, step)
+        rows.append({"id": f.id, "title": f.title, "severity": f.severity, "recommendation": f.recommendation,
+                     "impact": f"{fmt_ms(f.impact_ns_per_step)} ms/step" if f.impact_ns_per_step is not None
+                     else "not quantified", "pct": fmt_pct(pct),
+                     "evidence": [(str(k), _evidence_text(v)) for k, v in f.evidence.items()]})
+    return rows
+
+
+# -- tables --------------------------------------------------------------------------------------------------
+def device_rows(summary: Summary) -> dict[str, Any]:
+    """The per-device numbers table."""
+    cols = ["device", "span", "busy", "idle", "comm", "hidden", "exposed", "overlap", "steps", "step median",
+            "exposed/step", "comm streams"]
+    rows = []
+    for d in summary.devices:
+        rows.append([device_title(d), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns),
+                     fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps),
+                     fmt_ns(d.step_ns_median), fmt_ns(d.comm_exposed_per_step_ns),
+                     ", ".join(map(str, d.comm_streams)) or "—"])
+    return {"columns": cols, "rows": rows, "numeric": [False] + [True] * 10 + [False], "omitted": 0}
+
+
+def _cell(value: Any, col: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if col.endswith("_ns") and isinstance(value, (int, float, np.integer, np.floating)):
+        return fmt_ms(value)
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def frame_table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
+                max_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
+    """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows."""
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    shown = df[cols].head(max_rows)
+    heads = [c[:-3] + " (ms)" if c.endswith("_ns") else c for c in cols]
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
+    rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in shown.itertuples(index=False)]
+    return {"columns": heads, "rows": rows, "numeric": numeric, "omitted": max(len(df) - max_rows, 0)}
+
+
+def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
+    """Per-layer communication of every device (summed over steps) as one table."""
+    frames = []
+    for d in devices:
+        totals = layer_totals(d.per_layer)
+        if len(totals):
+            frames.append(totals.assign(device=device_label(d.rank, d.device)))
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True)
+    return frame_table(df, ["device", "layer", "name", "occurrences", "comm_ns", "comm_exposed_ns", "compute_ns",
+                            "exposed_per_occurrence_ns"])
+
+
+def _durations(df: pd.DataFrame) -> np.ndarray:
+    col = column(df, "duration_ns")
+    if col:
+        return df[col].to_numpy(dtype=float)
+    return (df["end_ns"] - df["start_ns"]).to_numpy(dtype=float)
+
+
+def collective_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
+    """Collectives grouped by name per device: count, total, exposed, hidden, mean/p50/p99 duration."""
+    rows = []
+    for d in devices:
+        df = d.collectives
+        name = column(df, "name", "collective")
+        if not len(df) or name is None:
+            continue
+        dur = _durations(df)
+        ex_col = column(df, "exposed_ns", "comm_exposed_ns")
+        exposed = df[ex_col].to_numpy(dtype=float) if ex_col else np.full(len(df), np.nan)
+        for key, idx in df.groupby(name, sort=True, observed=True).indices.items():
+            du = dur[idx]
+            ex = exposed[idx]
+            rows.append([device_label(d.rank, d.device), str(key), str(len(idx)), fmt_ms(du.sum()),
+                         fmt_ms(np.nansum(ex)), fmt_pct(pct_of(np.nansum(ex), du.sum())), fmt_ms(du.mean()),
+                         fmt_ms(np.percentile(du, 50)), fmt_ms(np.percentile(du, 99))])
+    if not rows:
+        return None
+    cols = ["device", "collective", "count", "total (ms)", "exposed (ms)", "exposed %", "mean (ms)",
+            "p50 (ms)", "p99 (ms)"]
+    return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 7, "omitted": 0}
+
+
+def gap_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
+    """Statistics of SM-idle segments during collectives per device."""
+    rows = []
+    for d in devices:
+        df = d.comm_idle_gaps_ns
+        if not len(df):
+            continue
+        dur = _durations(df)
+        rows.append([device_label(d.rank, d.device), str(len(dur)), fmt_ms(dur.sum()),
+                     fmt_ns(np.percentile(dur, 50)), fmt_ns(np.percentile(dur, 90)), fmt_ns(dur.max())])
+    if not rows:
+        return None
+    return {"columns": ["device", "segments", "total (ms)", "p50", "p90", "max"], "rows": rows,
+            "numeric": [False] + [True] * 5, "omitted": 0}
+
+
+def cross_rank(cr: CrossRankSummary | None) -> dict[str, Any] | None:
+    """Cross-rank facts and the wait-by-rank table."""
+    if cr is None:
+        return None
+    table = {"columns": ["rank", "wait/skew (ms)", "straggler"],
+             "rows": [[str(r), fmt_ms(ns), "yes" if r == cr.straggler_rank else ""]
+                      for r, ns in sorted(cr.wait_ns_by_rank.items())],
+             "numeric": [False, True, False], "omitted": 0}
+    return {"matched": cr.collectives_matched, "transfer_per_step": fmt_ns(cr.transfer_ns_per_step),
+            "straggler": "—" if cr.straggler_rank is None else f"rank {cr.straggler_rank}",
+            "method": cr.match_method or "—", "table": table,
+            "per_collective": frame_table(cr.per_collective, max_rows=50) if len(cr.per_collective) else None}
+
+
+def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:
+    """Per device, per bucket: the heaviest kernels (name, rule, count, total, mean, p50, p99)."""
+    wanted = ["name", "subbucket", "rule", "precision", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns"]
+    out = []
+    for d in devices:
+        df = d.top_kernels
+        if not len(df) or "bucket" not in df.columns:
+            continue
+        total = column(df, "total_ns")
+        groups = []
+        for bucket in sorted({str(b) for b in df["bucket"]}, key=bucket_sort_key):
+            part = df[df["bucket"].astype(str) == bucket]
+            if total:
+                part = part.sort_values(total, ascending=False, kind="stable")
+            groups.append({"bucket": bucket, "color": bucket_color(bucket),
+                           "table": frame_table(part, wanted, max_rows=TOP_KERNELS_PER_BUCKET)})
+        out.append({"device": device_title(d), "groups": groups})
+    return out
+
+
+def gpu_metric_rows(df: pd.DataFrame | None) -> dict[str, Any] | None:
+    """GPU metric aggregates (nsys GPU_METRICS) as a table."""
+    if df is None or not len(df):
+        return None
+    return frame_table(df)
+
+
+def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The aligned nvidia-smi log: one row per GPU (power mean/max vs limit, SM clock, utilisation)."""
+    if not power:
+        return None
+    gpus = power.get("gpus", [])
+    keys = [k for k in ("gpu", "samples", "power_mean_w", "power_max_w", "power_limit_w",
+                        "power_mean_pct_of_limit", "sm_clock_mhz_mean", "util_pct_mean", "temp_c_mean")
+            if any(k in g for g in gpus)]
+    rows = [[_cell(g.get(k), k) for k in keys] for g in gpus]
+    return {"log": str(power.get("log", "")), "timezone": str(power.get("assumed_timezone", "")),
+            "matched": bool(power.get("matched", True)),
+            "table": {"columns": keys, "rows": rows, "numeric": [True] * len(keys), "omitted": 0}}
+
+
+def method_notes(summary: Summary) -> dict[str, Any]:
+    """Definitions, how steps/layers were found, exclusive-bucket precedence, exclusions and warnings."""
+    sources = [{"device": device_label(d.rank, d.device), "steps": d.step_source, "layers": d.layer_source,
+                "serialized": d.comm_serialized_with_compute} for d in summary.devices]
+    warnings = list(summary.warnings)
+    for t in summary.traces:
+        warnings += [f"{Path(t.path).name}: {w}" for w in t.warnings]
+    precedence = summary.extra.get("exclusive_precedence") or next(
+        (d.extra["exclusive_precedence"] for d in summary.devices if d.extra.get("exclusive_precedence")), None)
+    excluded = summary.extra.get("excluded") or []
+    return {"definitions": DEFINITIONS, "sources": sources,
+            "precedence": " > ".join(map(str, precedence)) if precedence else None,
+            "excluded": [str(e) for e in excluded], "warnings": list(dict.fromkeys(warnings))}

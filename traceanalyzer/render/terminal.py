@@ -1,0 +1,178 @@
+"""Rich terminal output for people (stdout): info, classification and the summary tables.
+
+rich is imported lazily; colours only when stdout is a terminal (rich's own detection, NO_COLOR respected).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .formatting import BUCKET_COLORS, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, pct_of
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..analysis.hta_compat import HtaCompatResult
+    from ..analysis.results import CrossRankSummary, Summary
+
+PIPE_WIDTH = 140  # columns used when stdout is not a terminal (rich would otherwise wrap at 80)
+
+
+def make_console(file: Any = None) -> Console:
+    """A console on stdout (or ``file``): terminal width and colours on a TTY, plain and wide otherwise."""
+    from rich.console import Console
+
+    out = file or sys.stdout
+    tty = hasattr(out, "isatty") and out.isatty()
+    width = None if tty or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False,
+                   color_system="auto" if tty else None)
+
+
+def _table(title: str | None, columns: Sequence[str], numeric: Iterable[bool] = ()) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    flags = list(numeric) + [False] * len(columns)
+    for i, (name, is_num) in enumerate(zip(columns, flags, strict=False)):
+        table.add_column(name, justify="right" if is_num else "left", overflow="fold", no_wrap=i == 0)
+    return table
+
+
+def _text(value: Any) -> Any:
+    """Trace strings as literal rich Text (never parsed as markup)."""
+    from rich.text import Text
+
+    return Text("—" if value is None else str(value))
+
+
+# -- info ---------------------------------------------------------------------------------------------------------
+def print_info(path: str | Path, result: dict[str, Any], console: Console | None = None) -> None:
+    """``traceanalyzer info``: format, versions, devices and activity counts of one trace file."""
+    con = console or make_console()
+    con.print(_text(f"{Path(path).name}: {result['format']}"), style="bold")
+    con.print(_text(f"  tool version: {result.get('tool_version') or '—'}   "
+                    f"schema version: {result.get('schema_version') or '—'}"))
+    ranks = result.get("ranks") or []
+    if ranks:
+        con.print(_text(f"  ranks: {', '.join(map(str, ranks))}"))
+    devices = _table("devices", ["device", "name", "rank"], [True, False, True])
+    for d in result.get("devices", []):
+        devices.add_row(str(d.get("device")), _text(d.get("name")), _text(d.get("rank")))
+    con.print(devices)
+    counts = _table("activity counts", ["kind", "count"], [False, True])
+    for key, value in result.get("counts", {}).items():
+        counts.add_row(key, f"{value:,}")
+    con.print(counts)
+    for warning in result.get("warnings", []):
+        con.print(_text(f"warning: {warning}"), style="yellow")
+
+
+# -- classify ----------------------------------------------------------------------------------------------------
+def print_classification(results: Sequence[Any], console: Console | None = None) -> None:
+    """``traceanalyzer classify``: one row per kernel name, in input order."""
+    con = console or make_console()
+    table = _table(None, ["bucket", "subbucket", "precision", "confidence", "rule", "name"])
+    for r in results:
+        d = r.to_dict() if hasattr(r, "to_dict") else dict(r)
+        bucket = str(d.get("bucket"))
+        table.add_row(_text_styled(bucket, BUCKET_COLORS.get(bucket)), _text(d.get("subbucket")),
+                      _text(d.get("precision")), _text(d.get("confidence")), _text(d.get("rule")),
+                      _text(d.get("name")))
+    con.print(table)
+
+
+def _text_styled(value: str, color: str | None) -> Any:
+    from rich.text import Text
+
+    return Text(value, style=color or "")
+
+
+# -- summary ------------------------------------------------------------------------------------------------------
+def _device_table(summary: Summary) -> Table:
+    cols = ["device", "span", "busy", "idle", "comm", "hidden", "exposed", "overlap", "steps", "step median",
+            "exposed/step"]
+    table = _table("Per device", cols, [False] + [True] * 10)
+    for d in summary.devices:
+        table.add_row(_text(device_label(d.rank, d.device, d.name, with_name=True)), fmt_ns(d.span_ns),
+                      fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns),
+                      fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps), fmt_ns(d.step_ns_median),
+                      fmt_ns(d.comm_exposed_per_step_ns))
+    return table
+
+
+def _bucket_table(summary: Summary) -> Table:
+    buckets = sorted({b for d in summary.devices for b in d.bucket_exclusive_ns}, key=bucket_sort_key)
+    table = _table("Busy time by bucket (exclusive; % of busy)", ["device", *buckets],
+                   [False] + [True] * len(buckets))
+    for d in summary.devices:
+        parts = [d.bucket_exclusive_ns.get(b, 0) for b in buckets]
+        cells = [f"{fmt_ns(ns)} {fmt_pct(pct_of(ns, d.busy_ns), 0)}" for ns in parts]
+        table.add_row(_text(device_label(d.rank, d.device)), *cells)
+    return table
+
+
+def _findings_table(summary: Summary) -> Table:
+    from .sections import findings as finding_rows
+
+    table = _table("Findings (largest impact first)", ["impact/step", "% of step", "severity", "finding"],
+                   [True, True, False, False])
+    for f in finding_rows(summary):
+        title = f["title"] + (f" — {f['recommendation']}" if f["recommendation"] else "")
+        table.add_row(f["impact"], f["pct"], f["severity"], _text(title))
+    return table
+
+
+def _cross_rank_lines(cr: CrossRankSummary) -> list[str]:
+    waits = ", ".join(f"rank {r}: {fmt_ms(ns)} ms" for r, ns in sorted(cr.wait_ns_by_rank.items()))
+    return [f"{cr.collectives_matched} collectives matched ({cr.match_method or 'n/a'}); "
+            f"transfer per step {fmt_ns(cr.transfer_ns_per_step)}; straggler: "
+            f"{'—' if cr.straggler_rank is None else f'rank {cr.straggler_rank}'}",
+            f"wait/skew: {waits or '—'}"]
+
+
+def print_summary(summary: Summary, console: Console | None = None) -> None:
+    """``traceanalyzer summary`` / ``report``: devices, buckets, findings, what-if and cross-rank."""
+    con = console or make_console()
+    names = ", ".join(Path(t.path).name for t in summary.traces)
+    con.print(_text(f"traceanalyzer summary of {names}"), style="bold")
+    con.print(_device_table(summary))
+    if any(d.bucket_exclusive_ns for d in summary.devices):
+        con.print(_bucket_table(summary))
+    if summary.findings:
+        con.print(_findings_table(summary))
+    wi = summary.what_if
+    saving = "not determined" if wi.comm_free_step_saving_ns is None else \
+        f"{fmt_ns(wi.comm_free_step_saving_ns)} per step"
+    con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})"))
+    if summary.cross_rank is not None:
+        con.print(_text("Cross-rank"), style="bold")
+        for line in _cross_rank_lines(summary.cross_rank):
+            con.print(_text("  " + line))
+    for warning in summary.warnings:
+        con.print(_text(f"warning: {warning}"), style="yellow")
+
+
+# -- summary --hta-compat -----------------------------------------------------------------------------------------
+def print_hta_compat(result: HtaCompatResult, console: Console | None = None) -> None:
+    """``summary --hta-compat``: HTA 0.5.0's temporal breakdown and comm/comp overlap per rank, in µs as HTA."""
+    con = console or make_console()
+
+    def num(v: float | None) -> str:
+        return "—" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.2f}"
+
+    table = _table("HTA-compatible breakdown, µs (HolisticTraceAnalysis 0.5.0 conventions)",
+                   ["rank", "kernel", "idle", "idle %", "compute", "compute %", "non-compute", "overlap %"],
+                   [True] * 8)
+    for r in result.ranks:
+        table.add_row(str(r.rank), num(r.kernel_us), num(r.idle_us), num(r.pct(r.idle_us)), num(r.compute_us),
+                      num(r.pct(r.compute_us)), num(r.non_compute_us), num(r.overlap_pct))
+    con.print(table)
+    for note in result.notes:
+        con.print(_text(f"note: {note}"), style="dim")

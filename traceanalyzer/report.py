@@ -1,0 +1,51 @@
+"""``report``: load traces, summarize them, and write the single-file HTML report (plus return the Summary)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .analysis.results import Summary
+from .errors import EmptyTraceError
+
+PathLike = str | Path
+DEFAULT_DIR = Path("reports")
+_TRACE_SUFFIXES = re.compile(r"(\.pt\.trace)?\.(json\.gz|json|sqlite3?|db|nsys-rep)$", re.IGNORECASE)
+
+
+def default_output(paths: Sequence[PathLike], directory: Path = DEFAULT_DIR) -> Path:
+    """``reports/<stem of the first trace>.html`` (a directory argument gives its own name)."""
+    first = Path(paths[0])
+    stem = _TRACE_SUFFIXES.sub("", first.name) or "report"
+    return directory / f"{stem}.html"
+
+
+def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
+           jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = r"layer_?\d+",
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None) -> tuple[Path, Summary]:
+    """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
+
+    Returns the path written (default :func:`default_output`) and the :class:`Summary`. The file is written
+    through a temporary file and renamed, so a failed run never leaves half a report. ``cdn`` references plotly
+    on its CDN instead of inlining it (smaller file, needs network to view).
+    """
+    from .analysis.summary import SummaryOptions, summarize
+    from .api import load_many
+    from .render.html import render_html, write_atomic
+
+    if not paths:
+        raise EmptyTraceError(None, "no trace files given")
+    traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
+    if not any(len(t.kernels) for t in traces):
+        where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
+        raise EmptyTraceError(where, "no kernel activity in the trace",
+                              "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with "
+                              "ProfilerActivity.CUDA)")
+    options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
+                             jobs=jobs)
+    summary = summarize(traces, options)
+    target = Path(output) if output is not None else default_output(paths)
+    written = write_atomic(render_html(summary, traces, cdn=cdn), target)
+    return written, summary
