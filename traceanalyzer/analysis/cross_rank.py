@@ -1,0 +1,227 @@
+"""Cross-rank analysis: the same collective instance matched across ranks, split into transfer and wait.
+
+Every participant is one (rank, device) summary with a ``collectives`` table (one row per communication kernel).
+Instances are matched by the first key that applies:
+
+1. ``seq``: the process-group sequence number, when every row of every rank knows it.
+2. ``step+ordinal``: (kind, step number, order of that kind within the step). Kineto names steps
+   ``ProfilerStep#N`` with the same ``N`` on every rank, so windows that start on different steps still line up.
+3. ``ordinal+offset``: (kind, order of that kind within the rank), each rank shifted by the offset that makes
+   the most ``(kind, bytes)`` pairs agree (ties: closest start times when clocks compare, else the smallest shift).
+
+For a matched instance the **transfer** is the shortest rank's duration (that rank arrived last, so it hardly
+waited) and every rank's **wait** is its duration minus the transfer. The **straggler** is the rank that arrives
+last: by start time on a common clock when the clocks compare (one nsys file; Kineto files carrying
+``baseTimeNanoseconds``, i.e. host clocks that may skew between machines), and by "least wait" (the rank the others
+wait for) always.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..trace import Trace
+from .results import CrossRankSummary, DeviceSummary
+
+MAX_OFFSET_SEARCH = 4096  # ordinal shifts tried when aligning ranks without step numbers
+
+
+def _normal_kind(kind: object) -> str:
+    return str(kind).lower().replace("_", "").replace("-", "").replace(" ", "")
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """busbw / algbw for a collective of ``n`` ranks (NCCL's convention: all-reduce 2(n-1)/n, gathers (n-1)/n)."""
+    k = _normal_kind(kind)
+    if n < 2:
+        return 1.0
+    if "allreduce" in k:
+        return 2.0 * (n - 1) / n
+    if any(word in k for word in ("allgather", "reducescatter", "alltoall")):
+        return (n - 1) / n
+    return 1.0
+
+
+def _clock_offsets(traces: list[Trace], parts: list[DeviceSummary]) -> dict[str, int] | None:
+    """Offset (ns) that puts each trace file on one common clock, or None when the clocks do not compare."""
+    paths = {d.trace for d in parts}
+    if len(paths) == 1:
+        return {next(iter(paths)): 0}
+    by_path = {t.path: t for t in traces}
+    bases = {p: getattr(by_path.get(p), "base_time_ns", None) for p in paths}
+    if any(b is None for b in bases.values()):
+        return None
+    return {p: int(b) for p, b in bases.items() if b is not None}
+
+
+def _ordinals(df: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """0-based order of each row within its group, rows taken in start-time order."""
+    order = df.sort_values("start_ns", kind="stable")
+    return order.groupby(by, sort=False).cumcount().reindex(df.index).to_numpy(np.int64)
+
+
+def _prepare(dev: DeviceSummary, offset: int | None) -> pd.DataFrame:
+    c = dev.collectives
+    out = pd.DataFrame({
+        "kind": c["kind"].astype(str).to_numpy() if "kind" in c else np.full(len(c), "unknown"),
+        "start_ns": c["start_ns"].to_numpy(np.int64),
+        "duration_ns": c["duration_ns"].to_numpy(np.int64) if "duration_ns" in c
+        else (c["end_ns"] - c["start_ns"]).to_numpy(np.int64),
+        "step": c["step"].to_numpy(np.int64) if "step" in c else np.full(len(c), -1, np.int64),
+        "seq": c["seq"].to_numpy(np.int64) if "seq" in c else np.full(len(c), -1, np.int64),
+        "bytes": c["bytes"].to_numpy(np.int64) if "bytes" in c else np.full(len(c), -1, np.int64),
+        "group_size": c["group_size"].to_numpy(np.int64) if "group_size" in c else np.full(len(c), -1, np.int64),
+    })
+    out["clock_ns"] = out["start_ns"] + offset if offset is not None else -1
+    out["ordinal"] = _ordinals(out, ["kind"])
+    out["step_ordinal"] = _ordinals(out, ["kind", "step"])
+    return out
+
+
+def _start_order_positions(frame: pd.DataFrame, shift: int = 0) -> np.ndarray:
+    """Position of each row in start-time order, minus ``shift``."""
+    pos = np.empty(len(frame), dtype=np.int64)
+    pos[np.argsort(frame["start_ns"].to_numpy(), kind="stable")] = np.arange(len(frame)) - shift
+    return pos
+
+
+def _best_shift(ref: pd.DataFrame, other: pd.DataFrame, comparable: bool) -> int:
+    """Shift ``s`` such that ``other``'s row ``i + s`` (start order) is ``ref``'s row ``i``: most (kind, bytes)
+    agreements, then the closest start times (comparable clocks), then the smallest ``|s|``."""
+    ref = ref.sort_values("start_ns", kind="stable")
+    other = other.sort_values("start_ns", kind="stable")
+    codes = pd.factorize(pd.concat([ref["kind"] + ":" + ref["bytes"].astype(str),
+                                    other["kind"] + ":" + other["bytes"].astype(str)]))[0]
+    a, b = codes[: len(ref)], codes[len(ref):]
+    a_t, b_t = ref["clock_ns"].to_numpy(), other["clock_ns"].to_numpy()
+    shifts = np.arange(max(-(len(a) - 1), -MAX_OFFSET_SEARCH), min(len(b) - 1, MAX_OFFSET_SEARCH) + 1)
+    matches = np.zeros(len(shifts), dtype=np.int64)
+    closeness = np.zeros(len(shifts), dtype=np.float64)
+    for j, shift in enumerate(shifts.tolist()):  # one vectorized comparison per candidate shift
+        i0, i1 = max(0, -shift), min(len(a), len(b) - shift)
+        matches[j] = int((a[i0:i1] == b[i0 + shift:i1 + shift]).sum())
+        if comparable:
+            closeness[j] = float(np.median(np.abs(a_t[i0:i1] - b_t[i0 + shift:i1 + shift])))
+    if len(shifts) == 0:
+        return 0
+    best = np.lexsort((np.abs(shifts), closeness, -matches))[0]
+    return int(shifts[best])
+
+
+def _keys(frames: list[pd.DataFrame], comparable: bool) -> tuple[list[pd.DataFrame], list[str], str]:
+    """Add match-key columns to each rank's frame; returns the frames, the key columns and the method name."""
+    if all(len(f) and (f["seq"] >= 0).all() for f in frames):
+        return frames, ["kind", "seq"], "seq"
+    steps = [set(f.loc[f["step"] >= 0, "step"].tolist()) for f in frames]
+    if all(steps) and set.intersection(*steps):
+        return [f[f["step"] >= 0] for f in frames], ["kind", "step", "step_ordinal"], "step+ordinal"
+    out = [frames[0].assign(aligned=_start_order_positions(frames[0]))]
+    for f in frames[1:]:
+        out.append(f.assign(aligned=_start_order_positions(f, _best_shift(frames[0], f, comparable))))
+    return out, ["kind", "aligned"], "ordinal+offset"
+
+
+def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | None) -> tuple[pd.DataFrame, str]:
+    """Wide table: one row per instance seen by every participant, per-rank start/duration/wait columns."""
+    frames = [_prepare(d, None if clocks is None else clocks.get(d.trace)) for d in devices]
+    frames, keys, method = _keys(frames, clocks is not None)
+    wide: pd.DataFrame | None = None
+    for dev, f in zip(devices, frames, strict=True):
+        values = ["step", "bytes", "group_size", "start_ns", "clock_ns", "duration_ns"]
+        cols = pd.concat([f[keys], f[values].rename(columns={v: f"{v}_r{dev.rank}" for v in values})], axis=1)
+        cols = cols.drop_duplicates(subset=keys)
+        wide = cols if wide is None else wide.merge(cols, on=keys, how="inner")
+    assert wide is not None
+    return wide.reset_index(drop=True), method
+
+
+def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) -> pd.DataFrame:
+    dur = np.column_stack([wide[f"duration_ns_r{r}"].to_numpy(np.int64) for r in ranks])
+    transfer = dur.min(axis=1)
+    out = wide.copy()
+    out["transfer_ns"] = transfer
+    for i, r in enumerate(ranks):
+        out[f"wait_ns_r{r}"] = dur[:, i] - transfer
+    rank_arr = np.asarray(ranks)
+    out["least_wait_rank"] = rank_arr[dur.argmin(axis=1)]
+    if comparable:
+        clock = np.column_stack([wide[f"clock_ns_r{r}"].to_numpy(np.int64) for r in ranks])
+        out["last_arrival_rank"] = rank_arr[clock.argmax(axis=1)]
+        out["arrival_skew_ns"] = clock.max(axis=1) - clock.min(axis=1)
+    else:
+        out["last_arrival_rank"] = -1
+        out["arrival_skew_ns"] = -1
+    out["step"] = wide[f"step_r{ranks[0]}"].to_numpy(np.int64)
+    size = np.column_stack([wide[f"bytes_r{r}"].to_numpy(np.int64) for r in ranks]).max(axis=1)
+    group = np.column_stack([wide[f"group_size_r{r}"].to_numpy(np.int64) for r in ranks]).max(axis=1)
+    group = np.where(group > 0, group, len(ranks))
+    out["bytes"] = size
+    pairs, inverse = np.unique(np.c_[pd.factorize(out["kind"])[0], group], axis=0, return_inverse=True)
+    kinds = pd.factorize(out["kind"])[1]
+    factor = np.array([bus_factor(str(kinds[k]), int(n)) for k, n in pairs])[inverse.ravel()] \
+        if len(out) else np.zeros(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((size > 0) & (transfer > 0), size / np.maximum(transfer, 1), np.nan)  # B/ns = GB/s
+    out["algbw_gbps"] = algbw
+    out["busbw_gbps"] = algbw * factor
+    return out
+
+
+def _mode(values: np.ndarray) -> int | None:
+    values = values[values >= 0]
+    if len(values) == 0:
+        return None
+    keys, counts = np.unique(values, return_counts=True)
+    return int(keys[counts.argmax()])
+
+
+def _per_step(per: pd.DataFrame, ranks: list[int]) -> tuple[int | None, dict[int, int], int]:
+    stepped = per[per["step"] >= 0]
+    if len(stepped) == 0:
+        return None, {}, 0
+    grouped = stepped.groupby("step")
+    transfer = grouped["transfer_ns"].sum()
+    waits = {r: int(grouped[f"wait_ns_r{r}"].sum().median()) for r in ranks}
+    return int(transfer.median()), waits, len(transfer)
+
+
+def analyze_cross_rank(traces: list[Trace], devices: list[DeviceSummary]) -> CrossRankSummary | None:
+    """Match collectives across ranks; None when fewer than two ranks ran any communication."""
+    parts: list[DeviceSummary] = []
+    for d in devices:
+        if len(d.collectives) and d.rank not in {p.rank for p in parts}:
+            parts.append(d)
+    if len(parts) < 2:
+        return None
+    clocks = _clock_offsets(traces, parts)
+    ranks = [d.rank for d in parts]
+    wide, method = match_collectives(parts, clocks)
+    per = _instance_metrics(wide, ranks, clocks is not None)
+    wait_total = {r: int(per[f"wait_ns_r{r}"].sum()) for r in ranks}
+    transfer_step, wait_step, steps = _per_step(per, ranks)
+    wait_basis = wait_step or wait_total  # per-step medians resist one bad (warm-up) step
+    by_wait = min(wait_basis, key=lambda r: wait_basis[r]) if len(per) else None
+    by_arrival = _mode(per["last_arrival_rank"].to_numpy()) if clocks is not None else None
+    straggler = by_arrival if by_arrival is not None else by_wait
+    sized = per["busbw_gbps"].notna()
+    extra = {
+        "ranks": ranks,
+        "wait_ns_per_step_by_rank": {str(r): v for r, v in wait_step.items()},
+        "transfer_ns_total": int(per["transfer_ns"].sum()),
+        "steps_matched": steps,
+        "straggler_by_arrival": by_arrival,
+        "straggler_by_least_wait": by_wait,
+        "least_wait_counts": {str(r): int((per["least_wait_rank"] == r).sum()) for r in ranks},
+        "clock_comparable": clocks is not None,
+        "clock_note": "one trace file: one clock" if clocks is not None and len(clocks) == 1 else
+        "Kineto baseTimeNanoseconds + ts (host clocks: skew between machines adds to arrival times)"
+        if clocks is not None else "clocks not comparable: straggler by least wait only",
+        "arrival_skew_ns_median": int(per["arrival_skew_ns"].median()) if clocks is not None and len(per) else None,
+        "algbw_gbps_median": float(per.loc[sized, "algbw_gbps"].median()) if sized.any() else None,
+        "busbw_gbps_median": float(per.loc[sized, "busbw_gbps"].median()) if sized.any() else None,
+        "unmatched_by_rank": {str(d.rank): int(len(d.collectives) - len(per)) for d in parts},
+    }
+    return CrossRankSummary(collectives_matched=len(per), wait_ns_by_rank=wait_total,
+                            transfer_ns_per_step=transfer_step, straggler_rank=straggler, match_method=method,
+                            per_collective=per, extra=extra)
