@@ -1,0 +1,244 @@
+"""Reading a Kineto trace file into typed events: bytes (plain or gzip, bomb-guarded) → msgspec Structs.
+
+Only the fields the loader uses are declared; msgspec skips everything else without building objects, which is
+what makes a 379 MB trace decode in about two seconds. Every failure becomes one ``BadInputError`` line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import BadInputError, CorruptFileError, UnknownFormatError
+from . import GZIP_MAGIC, ProgressFn
+
+READ_CHUNK = 8 << 20  # bytes read (or decompressed) per step; progress is reported after each
+MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
+_NON_SPACE = re.compile(rb"\S")
+
+
+@dataclass(frozen=True)
+class GzipLimits:
+    """How far a ``.json.gz`` may expand: ``min(hard_cap, max(ratio × compressed size, floor))`` bytes.
+
+    Real Kineto traces expand 10–21×; the ratio guards against gzip bombs, the floor keeps small files legal,
+    the hard cap bounds memory. ``TRACEANALYZER_MAX_JSON_BYTES`` overrides the hard cap.
+    """
+
+    ratio: int = 50
+    floor_bytes: int = 256 << 20
+    hard_cap_bytes: int = 8 << 30
+
+    def limit_for(self, compressed_bytes: int) -> int:
+        cap = self.hard_cap_bytes
+        env = os.environ.get(MAX_JSON_BYTES_ENV)
+        if env and env.strip().isdigit():
+            cap = int(env)
+        return min(cap, max(self.ratio * compressed_bytes, self.floor_bytes))
+
+
+# -- typed event model (only what the loader reads) ----------------------------------------------------------
+
+
+Num = int | str
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The few ``args`` keys used; ``-1``/``None`` = absent. Numbers may come as text (ROCm writes
+    ``"stream": "0x0"``), so the loader coerces them; rare keys stay ``Any``."""
+
+    device: Num = -1
+    stream: Num = -1
+    correlation: Num = -1
+    external_id: Num = msgspec.field(default=-1, name="External id")
+    bytes: Num = -1
+    grid: Any = None
+    block: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_id: Any = msgspec.field(default=None, name="Process Group ID")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    seq: Any = msgspec.field(default=None, name="Seq")
+    seq_lower: Any = msgspec.field(default=None, name="seq")
+    name: Any = None  # metadata events: process_name / thread_name
+    labels: Any = None  # metadata events: process_labels
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    """One entry of ``traceEvents``; ``ts``/``dur`` are µs as written (int or float), ``None`` when absent."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: Args = NO_ARGS
+
+
+class DistributedInfo(msgspec.Struct, gc=False):
+    rank: Any = None
+    world_size: Any = None
+    nccl_version: Any = None
+
+
+class Document(msgspec.Struct, gc=False):
+    """The top-level trace object."""
+
+    traceEvents: list[Event]  # the format's camelCase spelling
+    distributedInfo: DistributedInfo | None = None
+    deviceProperties: list[Any] | None = None
+    baseTimeNanoseconds: Any = None
+    schemaVersion: Any = None
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    torch_version: Any = None
+    pytorch_version: Any = None
+
+
+class ExactTimes(msgspec.Struct, gc=False):
+    """``ts``/``dur`` decoded exactly (for absolute-epoch µs values a float64 cannot hold to the ns)."""
+
+    ts: Decimal | None = None
+    dur: Decimal | None = None
+
+
+class ExactDocument(msgspec.Struct, gc=False):
+    traceEvents: list[ExactTimes]
+
+
+_DECODER = msgspec.json.Decoder(Document)
+_EXACT_DECODER = msgspec.json.Decoder(ExactDocument)
+
+
+# -- bytes -----------------------------------------------------------------------------------------------------
+
+
+def read_bytes(path: Path, *, progress: ProgressFn | None = None, limits: GzipLimits | None = None) -> bytearray:
+    """The JSON text of ``path`` (gunzipped when it starts with the gzip magic), reporting progress in bytes."""
+    try:
+        with open(path, "rb") as fh:
+            total = os.fstat(fh.fileno()).st_size
+            head = fh.read(2)
+            fh.seek(0)
+            if head == GZIP_MAGIC:
+                return _gunzip(fh, path, total, progress, (limits or GzipLimits()).limit_for(total))
+            return _read_plain(fh, total, progress)
+    except OSError as exc:
+        raise BadInputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _read_plain(fh: Any, total: int, progress: ProgressFn | None) -> bytearray:
+    buf = bytearray(total)
+    view = memoryview(buf)
+    done = 0
+    while done < total:
+        got = fh.readinto(view[done:done + READ_CHUNK])
+        if not got:
+            break
+        done += got
+        if progress:
+            progress(done, total)
+    view.release()
+    if done < total:
+        del buf[done:]
+    return buf
+
+
+def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit: int) -> bytearray:
+    out = bytearray()
+    inflater = zlib.decompressobj(wbits=31)
+    pending = b""
+    read = 0
+    while True:
+        if not pending:
+            pending = fh.read(READ_CHUNK)
+            read += len(pending)
+            if progress:
+                progress(min(read, total), total)
+            if not pending:
+                break
+        try:
+            out += inflater.decompress(pending, READ_CHUNK)
+        except zlib.error as exc:
+            raise CorruptFileError(path, f"corrupt gzip data ({exc})") from None
+        pending = inflater.unconsumed_tail
+        if len(out) > limit:
+            raise CorruptFileError(path, f"decompressed size exceeds {limit:,} bytes ({limit // max(total, 1)}× the "
+                                   f"compressed size): refusing a possible gzip bomb",
+                                   f"set {MAX_JSON_BYTES_ENV} to allow more")
+        if inflater.eof:  # a member ended: another may follow (concatenated gzip)
+            pending = inflater.unused_data
+            if not pending:
+                pending = fh.read(READ_CHUNK)
+                read += len(pending)
+                if not pending:
+                    return out
+            inflater = zlib.decompressobj(wbits=31)
+    raise CorruptFileError(path, "truncated gzip data: the file ends before the compressed stream does",
+                           "was the copy interrupted?")
+
+
+# -- decoding --------------------------------------------------------------------------------------------------
+
+
+def decode(data: bytearray, path: Path) -> Document:
+    """Typed decode of the whole trace; any JSON or type problem becomes a one-line ``BadInputError``."""
+    body = _strip_bom(data)
+    if _NON_SPACE.search(body) is None:
+        raise CorruptFileError(path, "empty trace: the file holds no JSON")
+    try:
+        return _DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(path, str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise _decode_error(path, body, str(exc)) from None
+
+
+def decode_exact_times(data: bytearray) -> list[ExactTimes]:
+    """``ts``/``dur`` of every event as exact Decimals (same order as ``decode``'s events)."""
+    return _EXACT_DECODER.decode(_strip_bom(data)).traceEvents
+
+
+def _strip_bom(data: bytearray) -> memoryview:
+    view = memoryview(data)
+    return view[3:] if data[:3] == b"\xef\xbb\xbf" else view
+
+
+def _validation_error(path: Path, message: str) -> BadInputError:
+    first = message.splitlines()[0] if message else "unexpected structure"
+    if "missing required field `traceEvents`" in first or first.startswith("Expected `object`"):
+        return UnknownFormatError(path, "valid JSON but not a Kineto trace: no \"traceEvents\" list")
+    if first.endswith("at `$.traceEvents`"):
+        return UnknownFormatError(path, f"not a Kineto trace: \"traceEvents\" is not a list ({first})")
+    return CorruptFileError(path, f"not a valid Kineto trace: {first}")
+
+
+def _decode_error(path: Path, body: memoryview, message: str) -> BadInputError:
+    if "truncated" in message:
+        return CorruptFileError(path, "truncated JSON: the file ends before the trace does",
+                                "was the profiler still writing it?")
+    if "UTF-8" in message:
+        try:
+            bytes(body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return CorruptFileError(path, f"not valid UTF-8 text (first bad byte at offset {exc.start:,})")
+        return CorruptFileError(path, "not valid UTF-8 text")
+    first = message.splitlines()[0] if message else "malformed"
+    return CorruptFileError(path, f"not valid JSON ({first})")

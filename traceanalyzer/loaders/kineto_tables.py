@@ -1,0 +1,203 @@
+"""Kineto complete-event columns → the normalized tables (kernels, memops, api_calls, ranges, collectives).
+
+Per-name work (copy kind, API suffix, ProfilerStep) runs once per distinct name, then maps back with numpy.
+Every table is ordered by ``start_ns`` (stable: ties keep file order).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..trace import StringPool, Table
+
+if TYPE_CHECKING:
+    from .kineto import Complete
+
+OPTIONAL_TABLES = ("memops", "api_calls", "ranges", "collectives")
+_STEP_NAME = re.compile(r"ProfilerStep#\d+")
+_API_SUFFIX = re.compile(r"_v\d+$")
+_COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+# Bytes per element of the dtype names torch writes in record_param_comms ("dtype" arg).
+DTYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "Float8_e8m0fnu": 1,
+    "Float4_e2m1fn_x2": 1, "QInt8": 1, "QUInt8": 1, "QInt32": 4,
+}
+
+
+def build_tables(c: Complete, pool: StringPool, rank: int, tables: frozenset[str] | None) -> dict[str, Table]:
+    """The tables asked for (all when ``tables`` is None; kernels always)."""
+    builders: dict[str, Callable[[Complete, StringPool, int], Table]] = {
+        "kernels": _kernels, "memops": _memops, "api_calls": _api_calls, "ranges": _ranges,
+        "collectives": _collectives,
+    }
+    out = {}
+    for name, build in builders.items():
+        if name == "kernels" or tables is None or name in tables:
+            out[name] = build(c, pool, rank).sorted_by("start_ns")
+    return out
+
+
+def _kernels(c: Complete, pool: StringPool, rank: int) -> Table:
+    rows = c.rows("kernel")
+    args = [c.events[i].args for i in rows.tolist()]
+    return Table.from_columns(
+        "kernels", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
+        device=_or(c.device[rows], c.pid[rows]), stream=_or(c.stream[rows], c.tid[rows]),
+        correlation=c.correlation[rows], external_id=c.external_id[rows], name_id=c.name_id[rows],
+        grid=_dims_product([a.grid for a in args]), block=_dims_product([a.block for a in args]),
+    )
+
+
+def _memops(c: Complete, pool: StringPool, rank: int) -> Table:
+    copies, sets = c.rows("gpu_memcpy"), c.rows("gpu_memset")
+    rows = np.concatenate([copies, sets])
+    kind = np.concatenate([np.full(len(copies), pool.intern("memcpy"), np.int32),
+                           np.full(len(sets), pool.intern("memset"), np.int32)])
+    copy_kind = np.concatenate([_map_names(c.name_id[copies], pool, copy_kind_of),
+                                np.full(len(sets), -1, np.int32)])
+    return Table.from_columns(
+        "memops", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
+        device=_or(c.device[rows], c.pid[rows]), stream=_or(c.stream[rows], c.tid[rows]),
+        correlation=c.correlation[rows], kind_id=kind, copy_kind_id=copy_kind, bytes=c.bytes[rows],
+        name_id=c.name_id[rows],
+    )
+
+
+def copy_kind_of(name: str) -> str:
+    """``"Memcpy DtoD (Device -> Device)"`` → ``"DtoD"``; peer copies → ``"PtoP"``; else ``"unknown"``."""
+    if "peer" in name.lower() or "PtoP" in name:
+        return "PtoP"
+    parts = name.split()
+    token = parts[1] if len(parts) > 1 and parts[0].lower() == "memcpy" else ""
+    return token if token in _COPY_KINDS else "unknown"
+
+
+def _api_calls(c: Complete, pool: StringPool, rank: int) -> Table:
+    rows = np.sort(np.concatenate([c.rows("cuda_runtime"), c.rows("cuda_driver")]))
+    return Table.from_columns(
+        "api_calls", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
+        tid=c.tid[rows], correlation=c.correlation[rows], external_id=c.external_id[rows],
+        name_id=_map_names(c.name_id[rows], pool, lambda s: _API_SUFFIX.sub("", s)),
+    )
+
+
+def _ranges(c: Complete, pool: StringPool, rank: int) -> Table:
+    parts = {cat: c.rows(cat) for cat in ("cpu_op", "user_annotation", "gpu_user_annotation", "python_function")}
+    rows = np.concatenate(list(parts.values()))
+    kind = np.concatenate([np.full(len(r), pool.intern(cat), np.int32) for cat, r in parts.items()])
+    cpu_side = np.concatenate([np.full(len(r), cat != "gpu_user_annotation") for cat, r in parts.items()])
+    name_id = c.name_id[rows]
+    step = np.isin(name_id, [i for i in np.unique(name_id).tolist() if _STEP_NAME.fullmatch(pool[i])]) & cpu_side
+    kind = np.where(step, pool.intern("profiler_step"), kind).astype(np.int32)
+    none = np.int64(-1)
+    return Table.from_columns(
+        "ranges", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
+        tid=np.where(cpu_side, c.tid[rows], none),
+        device=np.where(cpu_side, none, _or(c.device[rows], c.pid[rows])),
+        stream=np.where(cpu_side, none, _or(c.stream[rows], c.tid[rows])),
+        kind_id=kind, name_id=name_id, correlation=c.correlation[rows], external_id=c.external_id[rows],
+    )
+
+
+def _collectives(c: Complete, pool: StringPool, rank: int) -> Table:
+    """``record_param_comms`` CPU ops with collective args (else ``nccl:*`` ops with them, else ``nccl:*``
+    annotations by name alone, sizes unknown). ``wait`` entries that torch records are kept as rows."""
+    cpu = np.sort(np.concatenate([c.rows("cpu_op"), c.rows("user_annotation")]))
+    with_args = np.array([i for i in cpu.tolist() if c.events[i].args.collective is not None], dtype=np.int64)
+    names = c.name_id[with_args]
+    comms_id = pool.get("record_param_comms")
+    rows = with_args[names == comms_id] if np.any(names == comms_id) else with_args
+    if len(rows):
+        return _collectives_from_args(c, pool, rank, rows)
+    nccl = np.isin(c.name_id[cpu], [i for i in np.unique(c.name_id[cpu]).tolist() if pool[i].startswith("nccl:")])
+    rows = cpu[nccl]
+    short = _map_names(c.name_id[rows], pool, lambda s: s.removeprefix("nccl:"))
+    return Table.from_columns(
+        "collectives", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
+        external_id=c.external_id[rows], name_id=short,
+    )
+
+
+def _collectives_from_args(c: Complete, pool: StringPool, rank: int, rows: np.ndarray) -> Table:
+    args = [c.events[i].args for i in rows.tolist()]
+    in_nelems = np.array([as_int(a.in_nelems) for a in args], dtype=np.int64)
+    dtypes = [a.dtype if isinstance(a.dtype, str) else None for a in args]
+    size = np.array([DTYPE_BYTES.get(d, -1) if d else -1 for d in dtypes], dtype=np.int64)
+    return Table.from_columns(
+        "collectives", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
+        external_id=c.external_id[rows], correlation=c.correlation[rows],
+        name_id=pool.intern_many([str(a.collective) for a in args]),
+        in_nelems=in_nelems, out_nelems=np.array([as_int(a.out_nelems) for a in args], dtype=np.int64),
+        dtype_id=pool.intern_many(dtypes),
+        bytes=np.where((in_nelems >= 0) & (size > 0), in_nelems * size, -1),
+        group_size=np.array([as_int(a.group_size) for a in args], dtype=np.int64),
+        pg_name_id=pool.intern_many([_as_text(a.pg_name if a.pg_name is not None else a.pg_id) for a in args]),
+        pg_ranks_id=pool.intern_many([_as_text(a.pg_ranks) for a in args]),
+        seq=np.array([as_int(a.seq if a.seq is not None else a.seq_lower) for a in args], dtype=np.int64),
+    )
+
+
+# -- helpers --------------------------------------------------------------------------------------------------
+
+
+def _or(primary: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """``primary`` where known (>= 0), else ``fallback``."""
+    return np.where(primary >= 0, primary, fallback)
+
+
+def _map_names(ids: np.ndarray, pool: StringPool, fn: Callable[[str], str]) -> np.ndarray:
+    """Apply ``fn`` to each distinct pooled string once; return the ids of the results, row by row."""
+    if not len(ids):
+        return np.zeros(0, np.int32)
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    mapped = np.array([pool.intern(fn(pool[i])) if i >= 0 else -1 for i in uniq.tolist()], dtype=np.int32)
+    return mapped[inverse]
+
+
+def _dims_product(dims: list[Any]) -> np.ndarray:
+    """x*y*z of grid/block lists; ``-1`` where absent or not a list of integers."""
+    if all(type(d) is list and len(d) == 3 for d in dims):
+        try:
+            flat = np.fromiter(chain.from_iterable(dims), dtype=np.int64, count=3 * len(dims))
+            return flat.reshape(len(dims), 3).prod(axis=1)
+        except (TypeError, ValueError):  # not all integers
+            pass
+    return np.fromiter(map(_dims_one, dims), dtype=np.int64, count=len(dims))
+
+
+def _dims_one(value: Any) -> int:
+    if isinstance(value, list) and value and all(type(v) is int for v in value):
+        return math.prod(value)
+    return -1
+
+
+def as_int(value: Any) -> int:
+    """An integer from a JSON value (int, integral float, decimal or ``0x`` text); ``-1`` otherwise."""
+    if isinstance(value, bool):
+        return -1
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else -1
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 0)
+        except ValueError:
+            return -1
+    return -1
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
