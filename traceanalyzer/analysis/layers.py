@@ -131,7 +131,8 @@ def _order_axis(act: DeviceActivity) -> np.ndarray:
     """Host launch times when ≥ 95% of kernels (and of collectives) link to their launch — the order the
     program issued work, which stays regular when streams interleave on the GPU — else GPU start times."""
     linked = act.launch_ns >= 0
-    if len(linked) and linked[act.kernel_is_comm].mean() >= 0.95 and linked.mean() >= 0.95:
+    comm_linked = linked[act.kernel_is_comm]
+    if len(comm_linked) and comm_linked.mean() >= 0.95 and linked.mean() >= 0.95:
         return act.launch_ns
     return act.kernels["start_ns"]
 

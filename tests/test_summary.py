@@ -1,0 +1,176 @@
+"""``summary``: the JSON contract (pinned keys, exact ns on a hand-built Kineto trace) and the done-when checks of
+the communication analysis on the real 2×H200 traces."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from traceanalyzer.cli import main
+from traceanalyzer.testing.synth import make_trace
+
+TOP_KEYS = {"schema_version", "traces", "devices", "cross_rank", "what_if", "findings", "warnings"}
+DEVICE_KEYS = {"rank", "device", "name", "span_ns", "busy_ns", "idle_ns", "bucket_ns", "comm_ns", "comm_hidden_ns",
+               "comm_exposed_ns", "overlap_pct", "steps", "step_ns_median", "comm_exposed_per_step_ns",
+               "bucket_exclusive_ns", "step_source", "layer_source", "comm_streams", "compute_streams",
+               "comm_serialized_with_compute", "exclusive_precedence"}
+CROSS_KEYS = {"collectives_matched", "wait_ns_by_rank", "transfer_ns_per_step", "straggler_rank"}
+FINDING_KEYS = {"id", "title", "impact_ns_per_step", "evidence"}
+
+
+def _kernel(name: str, ts: int, dur: int, stream: int, corr: int) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": corr, "grid": [1, 1, 1], "block": [128, 1, 1]}}
+
+
+def _launch(ts: int, corr: int) -> dict:
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 1,
+            "args": {"correlation": corr}}
+
+
+def tiny_kineto(path: Path) -> Path:
+    """One step: GEMM [1000,1100) µs and all-reduce [1100,1150) on stream 7, GEMM [1120,1140) on stream 20.
+    comm 50 µs, hidden 20 µs (by the stream-20 GEMM), exposed 30 µs, busy = span = 150 µs."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 990, "dur": 200,
+         "args": {}},
+        _launch(995, 1), _launch(996, 2), _launch(997, 3),
+        _kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 1000, 100, 7, 1),
+        _kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1100, 50, 7, 2),
+        _kernel("ampere_bf16_s16816gemm_bf16_64x64_ldg8_f2f_tn", 1120, 20, 20, 3),
+    ]
+    doc = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 0,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132, "computeMajor": 9,
+                                 "computeMinor": 0}],
+           "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(["summary", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_summary_json_contract_and_exact_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("traceanalyzer.loaders.kineto")
+    out = run_json(capsys, str(tiny_kineto(tmp_path / "rank0.json")))
+    assert set(out) >= TOP_KEYS
+    assert set(out["what_if"]) >= {"comm_free_step_saving_ns", "basis"}
+    assert out["what_if"]["basis"] in ("gpu_transfer", "host_launch", "mixed")
+    assert all(set(f) >= FINDING_KEYS for f in out["findings"])
+    assert out["cross_rank"] is None or set(out["cross_rank"]) >= CROSS_KEYS
+    (dev,) = out["devices"]
+    assert set(dev) >= DEVICE_KEYS
+    expected = {"rank": 0, "device": 0, "span_ns": 150_000, "busy_ns": 150_000, "idle_ns": 0,
+                "comm_ns": 50_000, "comm_hidden_ns": 20_000, "comm_exposed_ns": 30_000, "overlap_pct": 40.0,
+                "steps": 1, "step_ns_median": 150_000, "comm_exposed_per_step_ns": 30_000,
+                "step_source": "profiler_step", "comm_streams": [7], "compute_streams": [7, 20],
+                "comm_serialized_with_compute": True}
+    assert {k: dev[k] for k in expected} == expected
+    assert dev["bucket_ns"] == {"communication": 50_000, "gemm": 120_000}
+    assert sum(dev["bucket_exclusive_ns"].values()) == dev["busy_ns"]
+
+
+def test_trace_without_kernels_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("traceanalyzer.loaders.kineto")
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    assert main(["summary", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"Error: {path}") and "no kernel activity" in err[0]
+
+
+def test_library_summary_on_synthetic_traces() -> None:
+    import traceanalyzer as ta
+
+    ranks = [make_trace(kernels=[(0, 100, r, 7, "gemm", "gemm"), (100, 150 + 10 * r, r, 7, "ncclAllReduce",
+                                                                 "communication", "allreduce")], rank=r,
+                        path=f"rank{r}.json") for r in (0, 1)]
+    s = ta.summary(ranks)
+    assert [(d.rank, d.device, d.comm_exposed_ns) for d in s.devices] == [(0, 0, 50), (1, 1, 60)]
+    assert [t.ranks for t in s.traces] == [[0], [1]]
+    json.dumps(s.to_json(), allow_nan=False)
+
+
+# ---- real 2×H200 traces (skipped without ../shared) ---------------------------------------------------------
+
+def _kineto(shared: Path, name: str) -> list[str]:
+    return [str(shared / "h200" / "kineto" / f"{name}_rank{r}.json.gz") for r in (0, 1)]
+
+
+@pytest.mark.parametrize("name", ["prefill_serial", "decode_serial"])
+def test_real_serial_runs_have_no_overlap(shared_data: Path, name: str) -> None:
+    import traceanalyzer as ta
+
+    s = ta.summary(_kineto(shared_data, name))
+    assert len(s.devices) == 2
+    for d in s.devices:
+        assert d.comm_ns > 0 and d.comm_hidden_ns == 0 and d.overlap_pct == 0.0
+        assert d.comm_serialized_with_compute and d.comm_streams == d.compute_streams
+        assert d.step_source == "profiler_step" and d.steps == 3
+        assert d.layer_source == "collective_period"
+        assert set(d.per_layer.groupby("step").size()) == {8 if name.startswith("prefill") else 16}
+
+
+def test_real_overlap_run_hides_comm_on_its_own_stream(shared_data: Path) -> None:
+    import traceanalyzer as ta
+
+    s = ta.summary(_kineto(shared_data, "prefill_overlap"))
+    for d in s.devices:
+        assert d.comm_hidden_ns > 0 and d.overlap_pct > 20
+        assert not d.comm_serialized_with_compute
+        assert not set(d.comm_streams) & set(d.compute_streams)
+        c = d.collectives
+        assert (c["kind"] == "allreduce").all() and (c["hidden_ns"] + c["exposed_ns"] == c["duration_ns"]).all()
+        assert d.comm_idle_gaps_ns["duration_ns"].sum() == d.comm_exposed_ns
+
+
+def test_real_gpu_step_annotation_matches_projection(shared_data: Path) -> None:
+    """Kineto's own GPU ProfilerStep windows equal our projection of the CPU steps through correlation ids."""
+    import traceanalyzer as ta
+    from traceanalyzer.analysis.activity import gather
+    from traceanalyzer.analysis.steps import _projected, ranges_named, step_windows
+
+    trace = ta.load(_kineto(shared_data, "prefill_overlap")[0])
+    act = gather(trace, 0, 0)
+    gpu = step_windows(act)
+    cpu = ranges_named(act, pattern=re.compile(r"ProfilerStep#\d+"))
+    projected = _projected(act, cpu[cpu["device"] < 0], "profiler_step", None)
+    assert projected is not None
+    assert len(gpu) == len(projected) == 3
+    # equal up to Kineto's µs-float timestamps (1 ns of rounding)
+    assert np.abs(gpu["start_ns"].to_numpy() - projected["start_ns"].to_numpy()).max() <= 1
+    assert np.abs(gpu["end_ns"].to_numpy() - projected["end_ns"].to_numpy()).max() <= 1
+
+
+@pytest.mark.parametrize("name,hidden", [("tp2_prefill_serial", False), ("tp2_prefill_overlap", True)])
+def test_real_nsys_layers_line_up_with_nvtx(shared_data: Path, name: str, hidden: bool) -> None:
+    import traceanalyzer as ta
+
+    trace = ta.load(shared_data / "h200" / "nsys" / f"{name}.sqlite")
+    s = ta.summary([trace])
+    ranges = trace.ranges
+    names = trace.names(ranges["name_id"]).astype(str)
+    for d in s.devices:
+        pid = int(np.unique(trace.kernels["pid"][trace.kernels["device"] == d.device])[0])
+        mine = (ranges["pid"] == pid) & np.char.startswith(names, "layer_")
+        assert d.layer_source.startswith("nvtx:")
+        assert len(d.per_layer) == int(mine.sum())  # one row per layer_N range of the rank
+        assert sorted(set(d.per_layer["name"])) == sorted(set(names[mine]))
+        assert (d.comm_hidden_ns > 0) == hidden
+        assert d.step_source == "detected" and d.steps >= 10
+        pl = d.per_layer[d.per_layer["step"] >= 0]
+        assert (pl["comm_exposed_ns"] <= pl["comm_ns"]).all() and (pl["comm_ns"] > 0).all()
+
+
+def test_real_nsys_export_without_kernels_exits_2(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = shared_data / "h200" / "nsys" / "tp2_decode_graphs.sqlite"
+    assert main(["summary", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"Error: {path}: ") and "no kernel activity" in err[0]
