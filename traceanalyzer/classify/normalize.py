@@ -25,7 +25,7 @@ _CLOSE = re.compile(r">\s+>")
 _PTR_SPACE = re.compile(r"\s+([*&]+)")
 _RETURN_TYPE = re.compile(r"^(?:void|int|float|double|auto|__global__ void)\s+(?=[\w:(<~])")
 _TRUNCATED = re.compile(r"\s*(?:\.\.\.|…)\s*$")
-_ROCM_SUFFIX = re.compile(r"\.kd$")
+_ROCM_SUFFIX = re.compile(r"(?:\s*\[clone [^\]]*\])+$|\.kd$")
 
 
 def _canonical_args(text: str) -> str:
@@ -37,7 +37,7 @@ def _canonical_args(text: str) -> str:
 @lru_cache(maxsize=65536)
 def normalize_name(raw: str) -> str:
     """The canonical spelling of a kernel name (demangled, no return type, uniform template text)."""
-    name = raw.strip()
+    name = _ROCM_SUFFIX.sub("", raw.strip())
     name = _ROCM_SUFFIX.sub("", name)
     if name.startswith("_Z"):
         name = demangle(name)
