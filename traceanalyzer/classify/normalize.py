@@ -57,8 +57,8 @@ def normalize_name(raw: str) -> str:
 
 
 def is_truncated(raw: str) -> bool:
-    """Whether the profiler (or a person) cut the name short with ``...``."""
-    return bool(_TRUNCATED.search(raw))
+    """Whether the profiler (or a person) cut the name short or elided part of it with ``...``."""
+    return "..." in raw or "…" in raw
 
 
 def head(name: str) -> str:
