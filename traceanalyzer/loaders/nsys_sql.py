@@ -162,7 +162,8 @@ def intern_texts(pool: StringPool, texts: np.ndarray) -> np.ndarray:
     if len(texts) == 0:
         return np.empty(0, dtype=np.int32)
     codes, uniques = pd.factorize(texts, use_na_sentinel=True)
-    pool_ids = pool.intern_many(list(uniques))
+    # a text column can hold BLOBs (bytes) in a damaged or hand-made export
+    pool_ids = pool.intern_many([decode_text(u) if isinstance(u, bytes) else str(u) for u in uniques])
     out = np.full(len(texts), -1, dtype=np.int32)
     present = codes >= 0
     out[present] = pool_ids[codes[present]]
