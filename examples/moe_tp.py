@@ -10,7 +10,7 @@ through the ``nvtx`` package when installed, else ``torch.cuda.nvtx``) and as ``
 annotations (for the PyTorch profiler); ``prof.step()`` marks ``ProfilerStep#N``.
 
 Modes:
-  prefill_serial   4096 tokens (2 sequences × 2048); each all-reduce blocks the compute stream.
+  prefill_serial   16384 tokens (8 sequences × 2048); each all-reduce blocks the compute stream.
   prefill_overlap  the same tokens as two micro-batches; each all-reduce runs on its own stream, ordered by
                    CUDA events, so one micro-batch's all-reduce overlaps the other's compute.
   decode_eager     one new token for each of 64 sequences against a 1024-token KV cache; launch-bound.
@@ -80,23 +80,29 @@ class Config:
 
 
 @contextlib.contextmanager
+def nvtx_range(name: str) -> Iterator[None]:
+    """An NVTX range only (for nsys); a no-op without CUDA."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    if _nvtx_pkg is not None:
+        _nvtx_pkg.push_range(name)
+    else:
+        torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        if _nvtx_pkg is not None:
+            _nvtx_pkg.pop_range()
+        else:
+            torch.cuda.nvtx.range_pop()
+
+
+@contextlib.contextmanager
 def annotate(name: str) -> Iterator[None]:
     """An NVTX range (nsys) and a profiler annotation (Kineto) of the same name."""
-    use_nvtx = torch.cuda.is_available()
-    if use_nvtx:
-        if _nvtx_pkg is not None:
-            _nvtx_pkg.push_range(name)
-        else:
-            torch.cuda.nvtx.range_push(name)
-    try:
-        with torch.profiler.record_function(name):
-            yield
-    finally:
-        if use_nvtx:
-            if _nvtx_pkg is not None:
-                _nvtx_pkg.pop_range()
-            else:
-                torch.cuda.nvtx.range_pop()
+    with nvtx_range(name), torch.profiler.record_function(name):
+        yield
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -306,12 +312,14 @@ def profile_mode(step: Callable[[], None], mode: str, args: argparse.Namespace, 
 
 
 def time_mode(step: Callable[[], None], cfg: Config, mode: str, args: argparse.Namespace, rank: int) -> None:
-    """Wall time of ``--steps`` steps (each ends with a device sync), no profiler; median printed."""
+    """Wall time of ``--steps`` steps (each ends with a device sync and is an NVTX range ``step``), no
+    profiler; median printed."""
     dist.barrier()
     times: list[float] = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        step()
+        with nvtx_range("step"):
+            step()
         times.append((time.perf_counter() - t0) * 1e3)
     median = statistics.median(times)
     tag = "" if args.comm else " (comm off)"
@@ -368,7 +376,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--experts", type=int, default=16)
     p.add_argument("--topk", type=int, default=2)
     p.add_argument("--expert-ffn", type=int, default=2048, help="each expert's hidden size (split over ranks)")
-    p.add_argument("--prefill-batch", type=int, default=2, help="sequences per prefill step (even for overlap)")
+    p.add_argument("--prefill-batch", type=int, default=8, help="sequences per prefill step (even for overlap)")
     p.add_argument("--prefill-seq", type=int, default=2048)
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--kv-len", type=int, default=1024)
