@@ -8,6 +8,11 @@
 #   truth/<mode>[_nocomm]_rank<N>.json        no-profiler step times with / without the all-reduces
 #   nsys/tp${NGPU}_<mode>.sqlite              nsys exports (both ranks in one file), redacted
 #   versions.txt, run.log
+# The committed fixtures were made on a lent 2×H200 machine with exactly:
+#   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+#   DEST=/tmp/fixtures timeout 520 bash examples/make_fixtures.sh > /tmp/mf.log 2>&1
+#   tar czf $OUT/fixtures.tgz -C /tmp fixtures
+# and, back here, `xz -9` on nsys/tp2_prefill_overlap.sqlite (2.4 MB: exports over 2 MB ship compressed).
 # nsys needs libdw.so.1 and libelf.so.1; where the machine lacks them, unpack the Debian packages
 # libdw1 and libelf1 into .nsysdeps/ (dpkg -x) and this script puts them on LD_LIBRARY_PATH for nsys.
 set -uo pipefail

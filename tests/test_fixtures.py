@@ -181,3 +181,14 @@ def test_redact_nsys_blanks_environment_and_streams(tmp_path: Path):
     assert rows["export"] == {"EXPORT_USER": "<redacted>", "EXPORT_PARAM_INPUT_PATH_ABS": "<redacted>",
                               "EXPORT_PRODUCT_VERSION": "2025.3.2.0"}
     assert rows["streams"] == 0
+
+
+def test_notebook_tour_runs_on_the_fixtures(capsys: pytest.CaptureFixture[str]):
+    _loader("kineto")
+    _loader("nsys")
+    import runpy
+
+    runpy.run_path(str(FIXTURES.parent / "examples" / "notebook_tour.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "moe_gemm" in out and "communication" in out
+    assert "layer_3" in out and "comm_cost_ms" in out
