@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import CorruptFileError
 from ..trace import DeviceInfo, StringPool, Trace
-from . import KINETO, ProgressFn
+from . import KINETO, ProgressFn, file_size
 from .kineto_read import Document, Event, decode, decode_exact_times, read_bytes
 from .kineto_tables import as_int, build_tables
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
@@ -58,8 +58,11 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     ``tables`` limits the optional tables built (kernels always are). Raises ``BadInputError`` subclasses with
     one line naming the file for empty, truncated, corrupt, oversized or non-trace input.
     """
-    data = read_bytes(path, progress=progress)
+    size = max(file_size(path), 1)  # progress units: reading is the first half, decoding + tables the second
+    data = read_bytes(path, progress=(lambda done, total: progress(done, 2 * size)) if progress else None)
     doc = decode(data, path)
+    if progress:
+        progress(size * 3 // 2, 2 * size)
     events = doc.traceEvents
     cats = _Codes([e.cat for e in events])
     index, sub = _select(events, cats)
@@ -82,7 +85,7 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
         warnings=warnings,
     )
     if progress:
-        progress(1, 1)
+        progress(2 * size, 2 * size)
     return trace
 
 
