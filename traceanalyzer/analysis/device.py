@@ -50,11 +50,12 @@ def exclusive_precedence() -> tuple[str, ...]:
 def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     """Union of every bucket present on the device (kernels and memops together)."""
     k, m = act.kernels, act.memops
-    buckets = np.r_[act.kernel_bucket, act.memop_bucket].astype(str)
+    codes, names = pd.factorize(np.r_[act.kernel_bucket, act.memop_bucket].astype(object), use_na_sentinel=False)
     starts = np.r_[k["start_ns"], m["start_ns"]]
     ends = np.r_[k["end_ns"], m["end_ns"]]
-    us, ue, g = iv.group_union(starts, ends, buckets)
-    return {str(b): (us[g == b], ue[g == b]) for b in np.unique(g)}
+    us, ue, g = iv.group_union(starts, ends, codes)
+    cut = np.searchsorted(g, np.arange(len(names) + 1))  # group_union returns rows sorted by group
+    return {str(names[c]): (us[cut[c]:cut[c + 1]], ue[cut[c]:cut[c + 1]]) for c in range(len(names))}
 
 
 def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> dict[str, int]:
