@@ -176,3 +176,63 @@ def test_timeline_uses_median_step_and_marks_exposed_comm() -> None:
     assert len(exposed) == 1 and np.allclose(exposed[0].x, [0.002])
     comm = next(t for t in fig.data if t.name == "communication")
     assert np.allclose(comm.base, [0.004]) and np.allclose(comm.x, [0.003])
+
+
+# -- end to end through the real pipeline (the project's own GPU fixtures) -----------------------------------
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+KINETO_PAIR = FIXTURES / "kineto" / "tp2_prefill_overlap"
+NSYS_FILE = FIXTURES / "nsys" / "tp2_prefill_serial.sqlite"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path.name} fixture is absent")
+    return path
+
+
+def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
+    from plotly.offline import get_plotlyjs
+
+    from traceanalyzer.report import report
+
+    written, summary = report([_need(KINETO_PAIR)], output=tmp_path / "out" / "pair.html")
+    assert written == tmp_path / "out" / "pair.html"
+    assert [d.rank for d in summary.devices] == [0, 1]
+    page = written.read_text(encoding="utf-8")
+    assert page.count("Timeline of a representative step") == 1
+    assert page.count('<h3>rank 0 · GPU 0') == 1 and page.count('<h3>rank 1 · GPU 1') == 1
+    data_bytes = len(page.encode()) - len(get_plotlyjs().encode())
+    assert data_bytes < 1_000_000  # the report's own part stays small
+    assert [p.name for p in written.parent.iterdir()] == ["pair.html"]
+
+
+def test_report_of_nsys_export_defaults_to_reports_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.report import report
+
+    monkeypatch.chdir(tmp_path)
+    written, summary = report([_need(NSYS_FILE)], cdn=True)
+    assert written == Path("reports/tp2_prefill_serial.html")
+    assert (tmp_path / written).stat().st_size < 1_000_000
+    assert len(summary.devices) == 2 and summary.traces[0].format == "nsys-sqlite"
+
+
+def test_report_cli_prints_summary_and_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.cli import main
+
+    out = tmp_path / "cli.html"
+    assert main(["report", str(_need(KINETO_PAIR)), "-o", str(out), "--cdn"]) == 0
+    captured = capsys.readouterr()
+    assert "Per device" in captured.out and "rank 1 · GPU 1" in captured.out
+    assert f"report written: {out}" in captured.err
+    assert out.exists()
+
+
+def test_bad_input_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.cli import main
+
+    bad = tmp_path / "empty.json"
+    bad.write_text("")
+    out = tmp_path / "never.html"
+    assert main(["report", str(bad), "-o", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"Error: {bad}: ")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty.json"]

@@ -7,6 +7,7 @@ Debian ``apt-get install chromium``; ``pip install websocket-client`` (the ``tes
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _report_data import make_summary, make_traces
+from _report_data import HOSTILE, make_summary, make_traces
 
 from traceanalyzer.render.html import render_html, write_atomic
 
@@ -124,7 +125,7 @@ def open_report(dt: DevTools, path: Path) -> dict[str, Any]:
     dt.call("Page.addScriptToEvaluateOnNewDocument", session=True, source=_INSTRUMENT)
     dt.call("Page.navigate", session=True, url=path.resolve().as_uri())
     dt.wait_for("Page.loadEventFired")
-    dt.drain(1.0)
+    dt.drain(0.3)  # late console messages and requests
     probe = json.loads(dt.call("Runtime.evaluate", session=True, expression=_PROBE,
                                returnByValue=True)["result"]["value"])
     errors = []
@@ -144,24 +145,66 @@ def open_report(dt: DevTools, path: Path) -> dict[str, Any]:
     return probe
 
 
-def test_report_renders_without_errors_or_network(browser: DevTools, tmp_path: Path) -> None:
-    traces = make_traces()
-    page = write_atomic(render_html(make_summary(traces), traces), tmp_path / "report.html")
-    probe = open_report(browser, page)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kineto"
+H200_PAIR = FIXTURES / "tp2_prefill_overlap"  # real 2×H200 Kineto traces made by examples/
+
+
+def _h200_pair() -> Path:
+    if not H200_PAIR.is_dir():
+        pytest.skip("fixtures/kineto/tp2_prefill_overlap is absent")
+    return H200_PAIR
+
+
+def _assert_clean(probe: dict[str, Any]) -> None:
     assert probe["errors"] == []
     assert probe["remote_requests"] == []
+    assert probe["executed"] == []
     assert probe["plotErrors"] == 0
     assert probe["plots"] >= 4 and probe["svgs"] >= 4
+
+
+def test_h200_report_renders_without_errors_or_network(browser: DevTools, tmp_path: Path) -> None:
+    from traceanalyzer.report import report
+
+    page, _ = report([_h200_pair()], output=tmp_path / "h200.html")
+    probe = open_report(browser, page)
+    _assert_clean(probe)
+    assert probe["plots"] >= 8  # breakdown, comm, 2 timelines, layers, collectives, SM-idle, cross-rank
     assert "Headline numbers and findings" in probe["bodyText"]
 
 
-def test_hostile_names_execute_nothing(browser: DevTools, tmp_path: Path) -> None:
-    traces = make_traces(hostile=True)
-    page = write_atomic(render_html(make_summary(traces, hostile=True), traces), tmp_path / "hostile.html")
+def _hostile_copy(src: Path, dst: Path) -> Path:
+    """The fixture's rank traces with hostile kernel names, NVTX/annotation names and file names."""
+    dst.mkdir()
+    for i, trace in enumerate(sorted(src.glob("*.json.gz"))):
+        doc = json.loads(gzip.decompress(trace.read_bytes()))
+        for j, event in enumerate(doc["traceEvents"]):
+            cat, name = event.get("cat"), str(event.get("name", ""))
+            if cat == "kernel" or (cat in ("user_annotation", "gpu_user_annotation")
+                                   and not name.startswith("ProfilerStep")):
+                event["name"] = name + HOSTILE[j % len(HOSTILE)]
+        (dst / f"{HOSTILE[1]}_rank{i}.json").write_text(json.dumps(doc), encoding="utf-8")
+    return dst
+
+
+def test_hostile_trace_executes_nothing(browser: DevTools, tmp_path: Path) -> None:
+    from traceanalyzer.report import report
+
+    traces = _hostile_copy(_h200_pair(), tmp_path / "hostile")
+    page, summary = report([traces], output=tmp_path / "hostile.html")
+    assert len(summary.devices) == 2
     probe = open_report(browser, page)
-    assert probe["executed"] == []
-    assert probe["images"] == 0  # the <img onerror> name stayed text
+    _assert_clean(probe)
+    assert probe["images"] == 0  # the <img onerror> names stayed text
     assert probe["foreignScripts"] == 2  # plotly.js and the page's own boot script, nothing injected
-    assert probe["errors"] == []
-    assert probe["plots"] >= 4
-    assert "<script>alert(1)</script>" in probe["bodyText"]  # shown literally, as text
+    assert HOSTILE[1] in probe["bodyText"]  # the file names are shown, literally
+
+
+def test_hostile_results_execute_nothing(browser: DevTools, tmp_path: Path) -> None:
+    traces = make_traces(hostile=True)
+    page = write_atomic(render_html(make_summary(traces, hostile=True), traces), tmp_path / "results.html")
+    probe = open_report(browser, page)
+    _assert_clean(probe)
+    assert probe["images"] == 0
+    assert probe["foreignScripts"] == 2
+    assert "<script>alert(1)</script>" in probe["bodyText"]  # finding title and layer name, shown as text

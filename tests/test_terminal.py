@@ -20,8 +20,8 @@ def test_summary_plain_text_with_all_parts() -> None:
     traces = make_traces()
     out = _capture(print_summary, make_summary(traces))
     assert "\x1b[" not in out  # no colour codes off a terminal
-    assert "rank 0 · GPU 0 (NVIDIA H200)" in out and "rank 1 · GPU 1" in out
-    row = next(line for line in out.splitlines() if line.strip().startswith("rank 0 · GPU 0 (NVIDIA"))
+    assert "2 device(s): NVIDIA H200" in out and "rank 1 · GPU 1" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("rank 0 · GPU 0"))
     for cell in ("28.00 µs", "24.00 µs", "9.000 µs", "3.000 µs", "6.000 µs", "33.3 %", "10.00 µs", "2.000 µs"):
         assert cell in row
     assert out.index("All-reduce blocks compute") < out.index("Launch gaps")

@@ -5,6 +5,7 @@ Every string that may come from a trace passes through ``escape`` (plotly render
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 Escape = Callable[[str], str]
 
-_BASE_LAYOUT = {"margin": {"l": 120, "r": 20, "t": 30, "b": 45},
+_BASE_LAYOUT = {"margin": {"l": 120, "r": 50, "t": 30, "b": 45},
                 "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
                 "modebar": {"orientation": "v"},
                 "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}}
@@ -137,25 +138,48 @@ def collective_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Fi
     return fig
 
 
+def _one_two_five_edges(lo_ns: float, hi_ns: float) -> np.ndarray:
+    """Bin edges in ns on the 1-2-5 sequence covering [lo, hi] (readable log-spaced bins)."""
+    lo_dec = int(np.floor(np.log10(max(lo_ns, 1.0))))
+    hi_dec = int(np.ceil(np.log10(max(hi_ns, 1.0)))) + 1
+    edges = np.array([m * 10.0 ** e for e in range(lo_dec, hi_dec) for m in (1, 2, 5)])
+    first = max(int(np.searchsorted(edges, lo_ns, side="right")) - 1, 0)
+    last = int(np.searchsorted(edges, hi_ns, side="right")) + 1
+    return edges[first:last]
+
+
+def _edge_label(ns: float) -> str:
+    return f"{ns / 1e6:g} ms" if ns >= 1e6 else f"{ns / 1e3:g} µs" if ns >= 1e3 else f"{ns:g} ns"
+
+
+def durations_ns(df: pd.DataFrame) -> np.ndarray:
+    """Durations (ns, float) of the rows of an interval frame (``duration_ns``, else end − start)."""
+    if "duration_ns" in df.columns:
+        return df["duration_ns"].to_numpy(dtype=float)
+    return (df["end_ns"] - df["start_ns"]).to_numpy(dtype=float)
+
+
 def gap_histogram(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
-    """Histogram of the durations (µs) of SM-idle segments during collectives; None when there are none."""
+    """Segments of SM idle during collectives counted in 1-2-5 duration bins per device; None when none."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
-    for d in devices:
-        df = d.comm_idle_gaps_ns
-        if not len(df):
-            continue
-        dur_col = column(df, "duration_ns")
-        dur = df[dur_col].to_numpy(dtype=float) if dur_col else \
-            (df["end_ns"] - df["start_ns"]).to_numpy(dtype=float)
-        fig.add_trace(go.Histogram(x=dur / 1e3, name=escape(device_label(d.rank, d.device)), opacity=0.75,
-                                   nbinsx=60, hovertemplate="%{x} µs: %{y} segments<extra>%{fullData.name}</extra>"))
-    if not fig.data:
+    durations = [(d, durations_ns(d.comm_idle_gaps_ns)) for d in devices if len(d.comm_idle_gaps_ns)]
+    durations = [(d, v[v > 0]) for d, v in durations if (v > 0).any()]
+    if not durations:
         return None
-    fig.update_layout(**_BASE_LAYOUT, barmode="overlay", height=320,
-                      xaxis={"title": {"text": "segment duration, µs"}},
-                      yaxis={"title": {"text": "segments"}, "type": "log"})
+    every = np.concatenate([v for _, v in durations])
+    edges = _one_two_five_edges(float(every.min()), float(every.max()))
+    labels = [f"{_edge_label(a)}–{_edge_label(b)}" for a, b in itertools.pairwise(edges)]
+    fig = go.Figure()
+    for d, dur in durations:
+        counts, _ = np.histogram(dur, bins=edges)
+        total, _ = np.histogram(dur, bins=edges, weights=dur)
+        fig.add_trace(go.Bar(x=labels, y=counts, customdata=total / 1e6, name=escape(device_label(d.rank, d.device)),
+                             hovertemplate="%{x}: %{y} segments, %{customdata:.3f} ms in total"
+                                           "<extra>%{fullData.name}</extra>"))
+    fig.update_layout(**_BASE_LAYOUT, barmode="group", height=320,
+                      xaxis={"title": {"text": "segment duration"}, "type": "category"},
+                      yaxis={"title": {"text": "segments"}})
     fig.update_layout(margin={"l": 60})
     return fig
 

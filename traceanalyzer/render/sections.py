@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .figures import column, layer_totals
+from .figures import column, durations_ns, layer_totals
 from .formatting import bucket_color, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, pct_of
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
                      "during collectives, reported per collective instance, per step and per layer."),
     ("overlap %", "hidden / comm."),
     ("steps", "from ProfilerStep annotations (Kineto) or a chosen NVTX range, else detected from the repeating "
-              "kernel sequence. Per-step figures divide window totals by the number of steps."),
+              "kernel sequence. Per-step figures (step median, exposed comm per step) are medians over the "
+              "steps, which resist a warm-up or profiler-flush step."),
     ("layers", "from NVTX ranges matching the layer pattern, else from the period of collectives within a step."),
     ("cross-rank wait", "the same collective instance matched across ranks: its transfer time ≈ the shortest "
                         "rank's duration; the rest is wait/skew. The rank that arrives last is the straggler."),
@@ -187,13 +188,6 @@ def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
                             "exposed_per_occurrence_ns"])
 
 
-def _durations(df: pd.DataFrame) -> np.ndarray:
-    col = column(df, "duration_ns")
-    if col:
-        return df[col].to_numpy(dtype=float)
-    return (df["end_ns"] - df["start_ns"]).to_numpy(dtype=float)
-
-
 def collective_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
     """Collectives grouped by name per device: count, total, exposed, hidden, mean/p50/p99 duration."""
     rows = []
@@ -202,7 +196,7 @@ def collective_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         name = column(df, "name", "collective")
         if not len(df) or name is None:
             continue
-        dur = _durations(df)
+        dur = durations_ns(df)
         ex_col = column(df, "exposed_ns", "comm_exposed_ns")
         exposed = df[ex_col].to_numpy(dtype=float) if ex_col else np.full(len(df), np.nan)
         for key, idx in df.groupby(name, sort=True, observed=True).indices.items():
@@ -225,7 +219,7 @@ def gap_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         df = d.comm_idle_gaps_ns
         if not len(df):
             continue
-        dur = _durations(df)
+        dur = durations_ns(df)
         rows.append([device_label(d.rank, d.device), str(len(dur)), fmt_ms(dur.sum()),
                      fmt_ns(np.percentile(dur, 50)), fmt_ns(np.percentile(dur, 90)), fmt_ns(dur.max())])
     if not rows:
@@ -298,7 +292,21 @@ def method_notes(summary: Summary) -> dict[str, Any]:
         warnings += [f"{Path(t.path).name}: {w}" for w in t.warnings]
     precedence = summary.extra.get("exclusive_precedence") or next(
         (d.extra["exclusive_precedence"] for d in summary.devices if d.extra.get("exclusive_precedence")), None)
-    excluded = summary.extra.get("excluded") or []
+    excluded = [str(e) for e in summary.extra.get("excluded") or []] + _outside_steps(summary)
     return {"definitions": DEFINITIONS, "sources": sources,
             "precedence": " > ".join(map(str, precedence)) if precedence else None,
-            "excluded": [str(e) for e in excluded], "warnings": list(dict.fromkeys(warnings))}
+            "excluded": excluded, "warnings": list(dict.fromkeys(warnings))}
+
+
+def _outside_steps(summary: Summary) -> list[str]:
+    """Busy time outside the step windows, which per-step figures leave out (window totals keep it)."""
+    notes = []
+    for d in summary.devices:
+        if not len(d.per_step) or "busy_ns" not in d.per_step.columns or not d.busy_ns:
+            continue
+        outside = d.busy_ns - int(d.per_step["busy_ns"].sum())
+        if outside > 0:
+            notes.append(f"{device_label(d.rank, d.device)}: {fmt_ns(outside)} "
+                         f"({fmt_pct(pct_of(outside, d.busy_ns))} of busy time) lies outside the {d.steps} steps "
+                         "(warm-up, profiler flush); per-step figures leave it out, window totals include it.")
+    return notes

@@ -100,7 +100,7 @@ def _device_table(summary: Summary) -> Table:
             "exposed/step"]
     table = _table("Per device", cols, [False] + [True] * 10)
     for d in summary.devices:
-        table.add_row(_text(device_label(d.rank, d.device, d.name, with_name=True)), fmt_ns(d.span_ns),
+        table.add_row(_text(device_label(d.rank, d.device)), fmt_ns(d.span_ns),
                       fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns),
                       fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps), fmt_ns(d.step_ns_median),
                       fmt_ns(d.comm_exposed_per_step_ns))
@@ -142,6 +142,8 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     con = console or make_console()
     names = ", ".join(Path(t.path).name for t in summary.traces)
     con.print(_text(f"traceanalyzer summary of {names}"), style="bold")
+    models = sorted({d.name for d in summary.devices if d.name})
+    con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
     con.print(_device_table(summary))
     if any(d.bucket_exclusive_ns for d in summary.devices):
         con.print(_bucket_table(summary))

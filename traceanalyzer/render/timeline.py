@@ -215,7 +215,7 @@ def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any) -> tup
     rows = ([EXPOSED_ROW] if len(seg_s) else []) + [row_of[s] for s in streams]
     fig.update_layout(
         barmode="overlay", bargap=0.25, height=140 + 34 * max(len(rows), 1),
-        margin={"l": 110, "r": 20, "t": 30, "b": 40},
+        margin={"l": 110, "r": 50, "t": 30, "b": 40},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
         xaxis={"title": {"text": "ms from step start" if window.end_ns > window.start_ns else "ms"},
                "zeroline": False, "range": [0, max(window.end_ns - window.start_ns, 0) / 1e6] if
