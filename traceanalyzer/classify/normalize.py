@@ -61,12 +61,37 @@ def is_truncated(raw: str) -> bool:
     return "..." in raw or "…" in raw
 
 
-def head(name: str) -> str:
-    """The qualified function name of a normalised name, without template arguments or parameters."""
-    plain = name.replace("(anonymous namespace)", "{anon}")
+#: Launch wrappers whose own name says nothing: the kernel is their first template argument.
+WRAPPERS = frozenset({"ck_tile::kentry", "cutlass::device_kernel", "cutlass::Kernel", "cutlass::Kernel2",
+                      "fused_moe::run_global", "kernel_entry"})
+_LEADING_LITERALS = re.compile(r"^(?:-?\d+|true|false)\s*,\s*")
+
+
+def _plain_head(plain: str) -> str:
     cut = len(plain)
     for sep in ("<", "("):
         j = plain.find(sep)
         if 0 < j < cut:
             cut = j
-    return plain[:cut].replace("{anon}", "(anonymous namespace)")
+    return plain[:cut]
+
+
+def head(name: str) -> str:
+    """The qualified function name of a normalised name, without template arguments or parameters.
+
+    For launch wrappers (``cutlass::device_kernel<Op>``, ``ck_tile::kentry<1, Op>``) it is the wrapped
+    operation's name.
+    """
+    plain = name.replace("(anonymous namespace)", "{anon}")
+    fn = _plain_head(plain)
+    if fn in WRAPPERS and plain[len(fn):len(fn) + 1] == "<":
+        inner = plain[len(fn) + 1:]
+        while True:
+            stripped = _LEADING_LITERALS.sub("", inner, count=1)
+            if stripped == inner:
+                break
+            inner = stripped
+        inner_fn = _plain_head(inner).strip()
+        if inner_fn:
+            fn = inner_fn
+    return fn.replace("{anon}", "(anonymous namespace)")
