@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def detect_format(path: str | Path) -> str:
         try:
             with gzip.open(p, "rb") as gz:
                 inner = gz.read(64)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise BadInputError(p, f"corrupt gzip data ({exc})") from None
         if _first_json_byte(inner) == b"{":
             return KINETO

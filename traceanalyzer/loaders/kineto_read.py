@@ -223,7 +223,8 @@ def _strip_bom(data: bytearray) -> memoryview:
 
 def _validation_error(path: Path, message: str) -> BadInputError:
     first = message.splitlines()[0] if message else "unexpected structure"
-    if "missing required field `traceEvents`" in first or first.startswith("Expected `object`"):
+    top_level = "- at `" not in first
+    if "missing required field `traceEvents`" in first or (top_level and first.startswith("Expected `object`")):
         return UnknownFormatError(path, "valid JSON but not a Kineto trace: no \"traceEvents\" list")
     if first.endswith("at `$.traceEvents`"):
         return UnknownFormatError(path, f"not a Kineto trace: \"traceEvents\" is not a list ({first})")
