@@ -28,6 +28,22 @@ _TRUNCATED = re.compile(r"\s*(?:\.\.\.|…)\s*$")
 _ROCM_SUFFIX = re.compile(r"(?:\s*\[clone [^\]]*\])+$|\.kd$")
 
 
+def _strip_enable_if(name: str) -> str:
+    """Drop a ``std::enable_if<...>::type`` return type (some demanglers print it before the name)."""
+    if not name.startswith("std::enable_if<"):
+        return name
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                rest = name[i + 1:]
+                return rest[len("::type "):] if rest.startswith("::type ") else name
+    return name
+
+
 def _canonical_args(text: str) -> str:
     text = _BOOL_CAST.sub(lambda m: "true" if m.group(1) == "1" else "false", text)
     text = _BUILTIN_CAST.sub(r"\1", text)
@@ -43,7 +59,7 @@ def normalize_name(raw: str) -> str:
         name = demangle(name)
     name = _TRUNCATED.sub("", name)
     name = _SPACES.sub(" ", name)
-    name = _RETURN_TYPE.sub("", name)
+    name = _strip_enable_if(_RETURN_TYPE.sub("", name))
     name = _ANON.sub("(anonymous namespace)", name)
     if "<" in name or "(" in name:
         name = _canonical_args(name)
