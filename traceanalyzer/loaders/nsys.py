@@ -30,7 +30,7 @@ from .nsys_meta import (
     mpi_ranks,
     session_start_utc_ns,
 )
-from .nsys_sql import RowProgress, Schema, connect, count_rows, probe
+from .nsys_sql import RowProgress, Schema, connect, count_rows, distinct_pairs, probe
 from .nsys_tables import (
     GPU_METRICS,
     GRAPH_TRACE,
@@ -117,7 +117,7 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]) 
 def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> np.ndarray:
     """(pid, device) pairs with kernels; without kernels, those with graph launches or memory operations."""
     if kernels and len(kernels["pid"]):
-        return np.unique(np.stack([kernels["pid"], kernels["device"].astype(np.int64)], axis=1), axis=0)
+        return distinct_pairs(kernels["pid"], kernels["device"])[0]
     return distinct_pid_devices(conn, schema, (GRAPH_TRACE, MEMCPY, MEMSET))
 
 

@@ -100,16 +100,20 @@ def fetch_columns(conn: sqlite3.Connection, sql: str, fields: Sequence[tuple[str
     derived column never exists at full length).
     """
     dtype = np.dtype(list(fields))
-    has_object = any(np.dtype(t) == object for _, t in fields)
+    all_int = all(np.dtype(t).kind == "i" for _, t in fields)
     out_fields, fn = convert if convert is not None else (fields, None)
     cols = {name: np.empty(max(expected, 0), dtype=t) for name, t in out_fields}
     cursor = conn.execute(sql, tuple(params))
     n = 0
     while rows := cursor.fetchmany(FETCH_ROWS):
         k = len(rows)
-        chunk = np.array(rows, dtype=dtype) if has_object else np.fromiter(rows, dtype=dtype, count=k)
+        if all_int and fn is None:  # a 2-D int64 array converts ~20% faster than a structured one
+            block = np.array(rows, dtype=np.int64).reshape(k, len(fields))
+            parts = {name: block[:, i] for i, (name, _) in enumerate(fields)}
+        else:
+            chunk = np.array(rows, dtype=dtype)
+            parts = fn(chunk) if fn is not None else {name: chunk[name] for name in cols}
         del rows
-        parts = fn(chunk) if fn is not None else {name: chunk[name] for name in cols}
         if n + k > len(next(iter(cols.values()))):  # more rows than COUNT(*) said: only for a live file
             cols = {name: np.concatenate([arr[:n], np.empty(max(k, n), arr.dtype)]) for name, arr in cols.items()}
         for name in cols:
@@ -140,19 +144,38 @@ def intern_string_ids(conn: sqlite3.Connection, pool: StringPool, arrays: Sequen
     """
     if not arrays:
         return []
-    joined = np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
-    if len(joined) == 0:
+    arrays = [np.asarray(a, dtype=np.int64) for a in arrays]
+    arrays = [np.maximum(a, -1) if len(a) and a.min() < -1 else a for a in arrays]
+    highest = max((int(a.max()) for a in arrays if len(a)), default=-1)
+    total = sum(len(a) for a in arrays)
+    if highest < 0:
         return [np.full(len(a), -1, dtype=np.int32) for a in arrays]
-    uniq, inverse = np.unique(joined, return_inverse=True)
+    if highest > 4 * total + (1 << 20):  # sparse ids: sort-based distinct values
+        joined = np.concatenate(arrays)
+        uniq, inverse = np.unique(joined, return_inverse=True)
+        pool_ids = _pool_ids(conn, pool, uniq, transform, has_string_table)
+        bounds = np.cumsum([len(a) for a in arrays])[:-1]
+        return list(np.split(pool_ids[inverse.reshape(-1)], bounds))
+    # StringIds ids are dense: distinct ids and the id → pool-id map are O(n) lookup arrays (offset 1 for -1)
+    seen = np.zeros(highest + 2, dtype=bool)
+    for a in arrays:
+        seen[a + 1] = True
+    uniq = np.flatnonzero(seen) - 1
+    lookup = np.full(highest + 2, -1, dtype=np.int32)
+    lookup[uniq + 1] = _pool_ids(conn, pool, uniq, transform, has_string_table)
+    return [lookup[a + 1] for a in arrays]
+
+
+def _pool_ids(conn: sqlite3.Connection, pool: StringPool, uniq: np.ndarray,
+              transform: Callable[[str], str] | None, has_string_table: bool) -> np.ndarray:
+    """Pool id of each distinct StringIds id (``-1`` for -1 and for ids missing from StringIds)."""
     values = string_values(conn, uniq.tolist()) if has_string_table else {}
     pool_ids = np.full(len(uniq), -1, dtype=np.int32)
     for i, sid in enumerate(uniq.tolist()):
         text = values.get(sid)
         if text is not None:
             pool_ids[i] = pool.intern(transform(text) if transform else text)
-    mapped = pool_ids[inverse.reshape(-1)]
-    bounds = np.cumsum([len(a) for a in arrays])[:-1]
-    return list(np.split(mapped, bounds))
+    return pool_ids
 
 
 def intern_texts(pool: StringPool, texts: np.ndarray) -> np.ndarray:
@@ -168,6 +191,18 @@ def intern_texts(pool: StringPool, texts: np.ndarray) -> np.ndarray:
     present = codes >= 0
     out[present] = pool_ids[codes[present]]
     return out
+
+
+def distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (first, second) pairs (as an (n, 2) int64 array) and each row's pair index.
+
+    ``first`` must fit in 31 bits (pids, 24-bit) and ``second`` in 32 bits (device/domain ids): the pair is
+    packed into one int64 so the distinct step is a 1-D sort, not a slow row-wise ``np.unique(axis=0)``.
+    """
+    key = (np.asarray(first, dtype=np.int64) << 32) | (np.asarray(second, dtype=np.int64) & 0xFFFFFFFF)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    low = (uniq & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64)
+    return np.stack([uniq >> 32, low], axis=1), inverse.reshape(-1)
 
 
 def sorted_by_start(columns: dict[str, np.ndarray], key: str = "start_ns") -> dict[str, np.ndarray]:

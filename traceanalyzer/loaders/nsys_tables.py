@@ -18,6 +18,7 @@ from ..trace import StringPool
 from .nsys_sql import (
     RowProgress,
     Schema,
+    distinct_pairs,
     fetch_columns,
     intern_string_ids,
     intern_texts,
@@ -215,8 +216,7 @@ def _resolve_domains(ctx: ReadContext, pid: np.ndarray, domain: np.ndarray, name
     named = domain != 0
     if not named.any():
         return out
-    pairs, inverse = np.unique(np.stack([pid[named], domain[named]], axis=1), axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    pairs, inverse = distinct_pairs(pid[named], domain[named])
     nccl_name = np.array([v.startswith("nccl") for v in ctx.pool.values] + [False], dtype=bool)
     looks_nccl = np.zeros(len(pairs), dtype=bool)
     np.logical_or.at(looks_nccl, inverse, nccl_name[name_id[named]])

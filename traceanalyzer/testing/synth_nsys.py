@@ -34,7 +34,7 @@ MEMCPY_OPER = [(0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"), (1, "CUDA_MEMCPY_KIND
                (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"), (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"),
                (9, "CUDA_MEMCPY_KIND_HTOH", "Host-to-Host"), (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer")]
 
-_DDL = {
+DDL = {
     "StringIds": "id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL",
     "CUPTI_ACTIVITY_KIND_KERNEL": (
         'start INTEGER NOT NULL, "end" INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, '
@@ -106,7 +106,7 @@ class _Writer:
         self.ids: dict[str | bytes, int] = {}
 
     def create(self, table: str) -> None:
-        self.conn.execute(f"CREATE TABLE {table} ({_DDL[table]})")
+        self.conn.execute(f"CREATE TABLE {table} ({DDL[table]})")
 
     def string(self, value: str | bytes) -> int:
         """StringIds id of a value (``bytes`` are stored as-is, e.g. Latin-1 text)."""
