@@ -133,6 +133,14 @@ def test_layers_from_nvtx_ranges():
     assert d.collectives["layer"].tolist() == [0, 0, 1, 1]
 
 
+def test_layer_ranges_recorded_on_both_sides_count_once():
+    kernels, calls, ranges = _layered_step(1000, 1)
+    gpu_side = [(1000, 1034, "gpu_user_annotation", "layer_0", 0), (1040, 1074, "gpu_user_annotation", "layer_1", 0)]
+    d = analyze_device(make_trace(kernels=kernels, api_calls=calls, ranges=ranges + gpu_side), 0, 0)
+    assert d.per_layer["name"].tolist() == ["layer_0", "layer_1"]
+    assert d.per_layer["compute_ns"].tolist() == [26, 26]
+
+
 def test_layers_from_collective_period_when_no_ranges():
     k1, c1, _ = _layered_step(1000, 1)
     k2, c2, _ = _layered_step(2000, 100)

@@ -4,8 +4,9 @@ Sources, first that applies:
 
 * ``nvtx:<pattern>``: NVTX / user-annotation ranges whose name matches the regex (default ``layer_?\\d+``). A
   kernel belongs to the innermost such CPU range open when its launching API call started (GPU-side
-  ``gpu_user_annotation`` ranges: open when the kernel started); the layer's GPU window is the projection of the
-  range (first start to last end of its kernels). Ranges that launched nothing on the device are dropped.
+  ``gpu_user_annotation`` ranges, used only when no CPU range matches: open when the kernel started); the
+  layer's GPU window is the projection of the range (first start to last end of its kernels). Ranges that
+  launched nothing on the device are dropped.
 * ``collective_period``: within each step, the communication kernels in issue order (host launch time when
   ≥ 95% of kernels link to their launch — the others then belong to no layer — else GPU start) are cut into
   layers of ``p`` collectives, ``p`` being the smallest period of the "compute between collectives" signature
@@ -69,6 +70,8 @@ def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.nd
                                                                    "gpu_user_annotation"))
     if len(ranges) == 0:
         return None
+    if (ranges["device"] < 0).any():  # Kineto records a range on both sides: keep the CPU one (launch order)
+        ranges = ranges[ranges["device"] < 0].reset_index(drop=True)
     k = act.kernels
     cpu = (ranges["device"] < 0).to_numpy()
     rs, re_ = ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy()
