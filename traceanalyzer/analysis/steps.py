@@ -121,8 +121,7 @@ def _projected(act: DeviceActivity, ranges: pd.DataFrame, source: str, numbers: 
 def _profiler_steps(act: DeviceActivity) -> pd.DataFrame | None:
     cpu = ranges_named(act, pattern=_STEP_NUMBER, kinds=("profiler_step", "user_annotation", "cpu_op"))
     cpu = cpu[cpu["device"] < 0]
-    numbers = np.array([int(_STEP_NUMBER.search(n).group(1)) for n in cpu["name"]], dtype=np.int64) \
-        if len(cpu) else np.empty(0, dtype=np.int64)
+    numbers = cpu["name"].astype(str).str.extract(_STEP_NUMBER, expand=False).astype(np.int64).to_numpy()
     gpu = ranges_named(act, pattern=re.compile(r"^ProfilerStep"), kinds=("gpu_user_annotation",))
     gpu = gpu[gpu["device"] == act.device]
     if len(gpu):

@@ -157,12 +157,13 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…).
     """
     items = list(traces_or_paths) if isinstance(traces_or_paths, (list, tuple)) else [traces_or_paths]
-    if items and all(isinstance(t, Trace) for t in items):
-        return summarize(items, SummaryOptions(**options))
-    if any(isinstance(t, Trace) for t in items):
+    traces = [t for t in items if isinstance(t, Trace)]
+    if items and len(traces) == len(items):
+        return summarize(traces, SummaryOptions(**options))
+    if traces:
         raise TypeError("pass either Trace objects or paths, not both")
     keys = ("rules", "jobs", "step_range", "layer_pattern", "gpu_log", "progress")
     unknown = set(options) - set(keys)
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    return summarize_paths(items, **options)  # type: ignore[arg-type]
+    return summarize_paths([p for p in items if isinstance(p, (str, Path))], **options)
