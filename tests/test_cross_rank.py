@@ -29,7 +29,7 @@ def _device(rank: int, rows: list[tuple[int, int, int]], *, path: str, kind: str
     return DeviceSummary(rank=rank, device=rank, name=None, trace=path, span_ns=0, busy_ns=0, idle_ns=0,
                          bucket_ns={}, bucket_exclusive_ns={}, comm_ns=int(dur.sum()), comm_hidden_ns=0,
                          comm_exposed_ns=int(dur.sum()), overlap_pct=0.0, steps=0, step_ns_median=None,
-                         comm_exposed_per_step_ns=None, collectives=coll)
+                         comm_exposed_per_step_ns=None, step_source="profiler_step", collectives=coll)
 
 
 def _trace(path: str, base: int | None) -> Trace:

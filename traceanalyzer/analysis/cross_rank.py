@@ -4,8 +4,9 @@ Every participant is one (rank, device) summary with a ``collectives`` table (on
 Instances are matched by the first key that applies:
 
 1. ``seq``: the process-group sequence number, when every row of every rank knows it.
-2. ``step+ordinal``: (kind, step number, order of that kind within the step). Kineto names steps
-   ``ProfilerStep#N`` with the same ``N`` on every rank, so windows that start on different steps still line up.
+2. ``step+ordinal``: (kind, step number, order of that kind within the step), when steps are named alike on
+   every rank: Kineto's ``ProfilerStep#N`` carries the same ``N`` on every rank, so windows that start on
+   different steps still line up (detected steps are numbered per rank, so they are not used as keys).
 3. ``ordinal+offset``: (kind, order of that kind within the rank), each rank shifted by the offset that makes
    the most ``(kind, bytes)`` pairs agree (ties: closest start times when clocks compare, else the smallest shift).
 
@@ -24,6 +25,7 @@ import pandas as pd
 from ..trace import Trace
 from .results import CrossRankSummary, DeviceSummary
 
+NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank
 MAX_OFFSET_SEARCH = 4096  # ordinal shifts tried when aligning ranks without step numbers
 
 
@@ -109,12 +111,15 @@ def _best_shift(ref: pd.DataFrame, other: pd.DataFrame, comparable: bool) -> int
     return int(shifts[best])
 
 
-def _keys(frames: list[pd.DataFrame], comparable: bool) -> tuple[list[pd.DataFrame], list[str], str]:
-    """Add match-key columns to each rank's frame; returns the frames, the key columns and the method name."""
+def _keys(frames: list[pd.DataFrame], comparable: bool, named_steps: bool
+          ) -> tuple[list[pd.DataFrame], list[str], str]:
+    """Add match-key columns to each rank's frame; returns the frames, the key columns and the method name.
+    Step numbers are keys only when they are names shared by every rank (ProfilerStep#N, an NVTX range), not
+    when each rank's steps were detected on its own."""
     if all(len(f) and (f["seq"] >= 0).all() for f in frames):
         return frames, ["kind", "seq"], "seq"
     steps = [set(f.loc[f["step"] >= 0, "step"].tolist()) for f in frames]
-    if all(steps) and set.intersection(*steps):
+    if named_steps and all(steps) and set.intersection(*steps):
         return [f[f["step"] >= 0] for f in frames], ["kind", "step", "step_ordinal"], "step+ordinal"
     out = [frames[0].assign(aligned=_start_order_positions(frames[0]))]
     for f in frames[1:]:
@@ -125,7 +130,8 @@ def _keys(frames: list[pd.DataFrame], comparable: bool) -> tuple[list[pd.DataFra
 def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | None) -> tuple[pd.DataFrame, str]:
     """Wide table: one row per instance seen by every participant, per-rank start/duration/wait columns."""
     frames = [_prepare(d, None if clocks is None else clocks.get(d.trace)) for d in devices]
-    frames, keys, method = _keys(frames, clocks is not None)
+    named = all(d.step_source.startswith(NAMED_STEP_SOURCES) for d in devices)
+    frames, keys, method = _keys(frames, clocks is not None, named)
     wide: pd.DataFrame | None = None
     for dev, f in zip(devices, frames, strict=True):
         values = ["step", "bytes", "group_size", "start_ns", "clock_ns", "duration_ns"]

@@ -33,7 +33,10 @@ from .activity import DeviceActivity, gather
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
-ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A-Za-z]+$)")
+# CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
+# NCCL's own NVTX ranges, and user annotations named after the collective (e.g. an NVTX "allreduce" range)
+ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A-Za-z]+$)|"
+                      r"^(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)$")
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 
 
