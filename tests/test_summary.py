@@ -76,6 +76,51 @@ def test_summary_json_contract_and_exact_numbers(tmp_path: Path, capsys: pytest.
     assert sum(dev["bucket_exclusive_ns"].values()) == dev["busy_ns"]
 
 
+GEMM = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN"
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def tiny_nsys(path: Path) -> Path:
+    """One process, GPU 0. Launches (host ns 100..150) inside NVTX ``iter`` [50,200), ``layer_0`` [95,115) and
+    ``layer_1`` [115,145). GPU: GEMM [1000,2000) s7, all-reduce [2000,2600) s7, GEMM [2600,3600) s7,
+    all-reduce [3600,4000) s20 beside GEMM [3700,3900) s7, peer copy [4000,4100) s20.
+    comm = 600 + 500 = 1100, hidden 200, exposed 900; layer_0 exposes 600, layer_1 200 (of 400)."""
+    from traceanalyzer.testing.synth_nsys import write_nsys_export
+
+    launch = "cudaLaunchKernel_v7000"
+    return write_nsys_export(
+        path, kernels=[(1000, 2000, 0, 7, GEMM, 100, 1), (2000, 2600, 0, 7, ALLREDUCE, 100, 2),
+                       (2600, 3600, 0, 7, GEMM, 100, 3), (3600, 4000, 0, 20, ALLREDUCE, 100, 4),
+                       (3700, 3900, 0, 7, GEMM, 100, 5)],
+        memcpy=[(4000, 4100, 0, 20, 10, 1 << 20, 100, 0, 1)],
+        runtime=[(100, 105, launch, 1), (110, 115, launch, 2), (120, 125, launch, 3), (130, 135, launch, 4),
+                 (140, 145, launch, 5), (150, 155, "cudaMemcpyAsync_v3020", 5000)],
+        nvtx=[(50, 200, "iter"), (95, 115, "layer_0"), (115, 145, "layer_1")])
+
+
+def test_summary_nsys_step_range_and_layers_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("traceanalyzer.testing.synth_nsys")
+    out = run_json(capsys, str(tiny_nsys(tmp_path / "run.sqlite")), "--step-range", "iter")
+    (dev,) = out["devices"]
+    expected = {"span_ns": 3100, "busy_ns": 3100, "idle_ns": 0, "comm_ns": 1100, "comm_hidden_ns": 200,
+                "comm_exposed_ns": 900, "steps": 1, "step_ns_median": 3100, "comm_exposed_per_step_ns": 900,
+                "step_source": "nvtx:iter", "layer_source": r"nvtx:layer_?\d+", "comm_streams": [7, 20],
+                "compute_streams": [7], "bucket_ns": {"communication": 1100, "gemm": 2200}}
+    assert {k: dev[k] for k in expected} == expected
+    assert dev["overlap_pct"] == pytest.approx(100 * 200 / 1100)
+
+    import traceanalyzer as ta
+
+    d = ta.summary(str(tmp_path / "run.sqlite"), step_range="iter").devices[0]
+    layers = d.per_layer[["name", "start_ns", "end_ns", "comm_ns", "comm_exposed_ns", "compute_ns"]]
+    assert layers.values.tolist() == [["layer_0", 1000, 2600, 600, 600, 1000],
+                                      ["layer_1", 2600, 4000, 400, 200, 1200]]
+    c = d.collectives
+    assert c["kind"].tolist() == ["allreduce", "allreduce", "p2p_copy"]
+    assert c["layer"].tolist() == [0, 1, -1] and c["exposed_ns"].tolist() == [600, 200, 100]
+    assert c["bytes"].tolist()[2] == 1 << 20
+
+
 def test_trace_without_kernels_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("traceanalyzer.loaders.kineto")
     path = tmp_path / "empty.json"

@@ -37,6 +37,9 @@ class DeviceActivity:
     launch_ns: np.ndarray  # host launch time per kernel, -1 when unlinked
     launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked)
     launch_tid: np.ndarray
+    memop_launch_ns: np.ndarray  # the same three for memops (-1 when unlinked)
+    memop_launch_pid: np.ndarray
+    memop_launch_tid: np.ndarray
     busy: iv.Intervals
     comm: iv.Intervals
     compute: iv.Intervals
@@ -74,8 +77,8 @@ def _memop_buckets(trace: Trace, memops: Table) -> np.ndarray:
 
 
 def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
-    """Row in ``api_calls`` of the call that launched each kernel (joined on correlation id within the same pid,
-    or within the only API process when the kernels' pid names none, as Kineto's GPU pids); -1 if none."""
+    """Row in ``api_calls`` of the call that launched each kernel or memop (joined on correlation id within the
+    same pid, or within the only API process when the rows' pid names none, as Kineto's GPU pids); -1 if none."""
     rows = np.full(len(kernels), -1, dtype=np.int64)
     api = trace.api_calls
     if len(api) == 0 or len(kernels) == 0:
@@ -115,10 +118,12 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     rows = launch_rows(trace, kernels)
     api = trace.api_calls
     launch, launch_pid, tid = _via(rows, api["start_ns"]), _via(rows, api["pid"]), _via(rows, api["tid"])
+    m_rows = launch_rows(trace, memops)
+    m_launch = (_via(m_rows, api["start_ns"]), _via(m_rows, api["pid"]), _via(m_rows, api["tid"]))
     busy = iv.union(np.r_[kernels["start_ns"], memops["start_ns"]], np.r_[kernels["end_ns"], memops["end_ns"]])
     comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
                     np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
     compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
     pids = np.unique(np.r_[kernels["pid"], memops["pid"], launch_pid[launch_pid >= 0]])
     return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
-                          rows, launch, launch_pid, tid, busy, comm, compute)
+                          rows, launch, launch_pid, tid, *m_launch, busy, comm, compute)

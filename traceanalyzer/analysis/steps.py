@@ -13,10 +13,10 @@ Sources, first that applies:
    count is more than 10% off the typical one (warm-up, a partial step at either end) are dropped.
 4. One step covering the whole span.
 
-**GPU projection** of a CPU range ``[a, b)``: the kernels whose launching API call (joined on correlation id, same
-process, same thread when the range has one) starts in ``[a, b)``; the projected window is [first start, last end]
-of those kernels. Projected step windows are then made disjoint (a step ends no later than the next one starts),
-so per-step parts add up; time between steps belongs to no step.
+**GPU projection** of a CPU range ``[a, b)``: the kernels and memory operations whose launching API call (joined
+on correlation id, same process, same thread when the range has one) starts in ``[a, b)``; the projected window
+is [first start, last end] of that GPU work. Projected step windows are then made disjoint (a step ends no later
+than the next one starts), so per-step parts add up; time between steps belongs to no step.
 """
 
 from __future__ import annotations
@@ -41,19 +41,24 @@ def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pi
     g_start = np.zeros(len(starts), dtype=np.int64)
     g_end = np.zeros(len(starts), dtype=np.int64)
     found = np.zeros(len(starts), dtype=bool)
-    linked = act.launch_ns >= 0
+    # kernels and memory operations together: a range's GPU work includes the copies it issued
+    launch_ns = np.r_[act.launch_ns, act.memop_launch_ns]
+    launch_pid = np.r_[act.launch_pid, act.memop_launch_pid]
+    launch_tid = np.r_[act.launch_tid, act.memop_launch_tid]
+    k_start = np.r_[act.kernels["start_ns"], act.memops["start_ns"]]
+    k_end = np.r_[act.kernels["end_ns"], act.memops["end_ns"]]
+    linked = launch_ns >= 0
     if not linked.any() or len(starts) == 0:
         return g_start, g_end, found
-    k_start, k_end = act.kernels["start_ns"], act.kernels["end_ns"]
     threads = np.unique(np.c_[np.asarray(pids, dtype=np.int64), np.asarray(tids, dtype=np.int64)], axis=0)
     for pid, tid in threads:  # a few threads; every range of a thread is projected at once
         rows = np.flatnonzero((pids == pid) & (tids == tid))
-        ksel = linked & (act.launch_pid == pid)
-        if tid >= 0 and (ksel & (act.launch_tid == tid)).any():
-            ksel &= act.launch_tid == tid
+        ksel = linked & (launch_pid == pid)
+        if tid >= 0 and (ksel & (launch_tid == tid)).any():
+            ksel &= launch_tid == tid
         idx = np.flatnonzero(ksel)
-        idx = idx[np.argsort(act.launch_ns[idx], kind="stable")]
-        launch = act.launch_ns[idx]
+        idx = idx[np.argsort(launch_ns[idx], kind="stable")]
+        launch = launch_ns[idx]
         lo = np.searchsorted(launch, starts[rows], side="left")
         hi = np.searchsorted(launch, np.maximum(ends[rows], starts[rows]), side="left")
         mins, maxs, ok = iv.range_min_max(k_start[idx], k_end[idx], lo, hi)
