@@ -291,10 +291,10 @@ class _Parser:
             return out
         if c == "A":
             self.i += 1
-            n = self.number() if self.peek().isdigit() else ""
+            size = str(self.number()) if self.peek().isdigit() else ""
             self.expect("_")
             inner = self.type_()
-            out = f"{inner} [{n}]"
+            out = f"{inner} [{size}]"
             self.subs.append(out)
             return out
         if c == "T":
