@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceanalyzer.analysis.activity import gather
 from traceanalyzer.analysis.device import analyze_device
@@ -193,3 +195,43 @@ def test_top_kernels_grouped_by_name():
     assert top["count"].tolist() == [2, 1] and top["total_ns"].tolist() == [40, 5]
     assert top["mean_ns"].tolist() == [20.0, 5.0] and top["p50_ns"].tolist() == [20.0, 5.0]
     assert np.isclose(top["p99_ns"].iloc[0], 10 + 0.99 * 20)
+
+
+# ---- device numbers against a per-ns brute force on random small traces ---------------------------------------
+
+BUCKETS = ["gemm", "attention", "communication", "other"]
+kernel_rows = st.lists(st.tuples(st.integers(0, 80), st.integers(0, 15), st.sampled_from([7, 9, 20]),
+                                 st.sampled_from(BUCKETS)), min_size=1, max_size=14)
+memop_rows = st.lists(st.tuples(st.integers(0, 80), st.integers(1, 10), st.sampled_from(["HtoD", "PtoP"])),
+                      max_size=4)
+
+
+def _mask(pairs: list[tuple[int, int]]) -> np.ndarray:
+    m = np.zeros(120, dtype=bool)
+    for a, b in pairs:
+        m[a:b] = True
+    return m
+
+
+@settings(max_examples=120, deadline=None)
+@given(kernel_rows, memop_rows)
+def test_device_numbers_match_brute_force(kernels, memops):
+    ks = [(a, a + d, 0, s, f"k_{b}", b) for a, d, s, b in kernels]
+    ms = [(a, a + d, 0, 7, kind) for a, d, kind in memops]
+    t = make_trace(kernels=ks, memops=ms)
+    d = analyze_device(t, 0, 0, options=SummaryOptions(layer_pattern=None))
+    busy = _mask([(a, b) for a, b, *_ in ks] + [(a, b) for a, b, *_ in ms])
+    comm = _mask([(a, b) for a, b, _, _, _, bucket in ks if bucket == "communication"]
+                 + [(a, b) for a, b, _, _, kind in ms if kind == "PtoP"])
+    compute = _mask([(a, b) for a, b, _, _, _, bucket in ks if bucket != "communication"])
+    assert d.busy_ns == busy.sum() and d.comm_ns == comm.sum()
+    assert d.comm_hidden_ns == (comm & compute).sum() and d.comm_exposed_ns == (comm & ~compute).sum()
+    assert sum(d.bucket_exclusive_ns.values()) == d.busy_ns
+    assert d.comm_idle_gaps_ns["duration_ns"].sum() == d.comm_exposed_ns
+    assert d.idle_ns == d.span_ns - d.busy_ns >= 0
+    c = d.collectives
+    assert (c["hidden_ns"] + c["exposed_ns"] == c["duration_ns"]).all()
+    for bucket, ns in d.bucket_ns.items():
+        assert ns == _mask([(a, b) for a, b, _, _, _, kb in ks if kb == bucket]
+                           + [(a, b) for a, b, _, _, kind in ms
+                              if ("communication" if kind == "PtoP" else "memory") == bucket]).sum()
