@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import InvalidOperation
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -110,9 +112,11 @@ class _Codes:
 def _select(events: list[Event], cats: _Codes) -> tuple[np.ndarray, list[Event]]:
     """Positions and structs of the complete (``ph == "X"``) events of the used categories."""
     used = np.flatnonzero(cats.mask(*USED_CATEGORIES))
-    is_complete = np.fromiter((events[i].ph == "X" for i in used.tolist()), dtype=bool, count=len(used))
-    index = used[is_complete]
-    return index, [events[i] for i in index.tolist()]
+    candidates = [events[i] for i in used.tolist()]
+    is_complete = np.fromiter(map("X".__eq__, map(attrgetter("ph"), candidates)), dtype=bool, count=len(used))
+    if is_complete.all():
+        return used, candidates
+    return used[is_complete], list(compress(candidates, is_complete.tolist()))
 
 
 def _times(sub: list[Event], index: np.ndarray, data: bytearray, path: Path) -> tuple[np.ndarray, np.ndarray, str]:
@@ -127,10 +131,13 @@ def _times(sub: list[Event], index: np.ndarray, data: bytearray, path: Path) -> 
         return start_ns, dur_ns, "float64-exact"
     exact = decode_exact_times(data)
     picked = [exact[i] for i in index.tolist()]
-    if not isinstance(start_ns, np.ndarray):
-        start_ns = decimal_us_to_ns([t.ts for t in picked])
-    if not isinstance(dur_ns, np.ndarray):
-        dur_ns = decimal_us_to_ns([t.dur for t in picked])
+    try:
+        if not isinstance(start_ns, np.ndarray):
+            start_ns = decimal_us_to_ns([t.ts for t in picked])
+        if not isinstance(dur_ns, np.ndarray):
+            dur_ns = decimal_us_to_ns([t.dur for t in picked])
+    except (OverflowError, InvalidOperation):
+        raise CorruptFileError(path, "not a valid Kineto trace: a timestamp is beyond ±292 years in ns") from None
     return start_ns, dur_ns, "decimal-exact"
 
 

@@ -43,7 +43,7 @@ def us_to_ns(values: Sequence[int | float | None]) -> np.ndarray | MissingTimes 
     if arr.dtype.kind == "i" and np.abs(arr).max() < INT_EXACT_LIMIT:
         return arr.astype(np.int64) * 1000
     if arr.dtype.kind == "O":
-        missing = np.flatnonzero(np.equal(arr, None))
+        missing = np.flatnonzero(np.fromiter((v is None for v in values), dtype=bool, count=len(values)))
         if len(missing):
             return MissingTimes(int(missing[0]), len(missing))
         return None  # integers too large for int64 µs → ns
