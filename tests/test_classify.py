@@ -239,6 +239,13 @@ def test_normalize_strips_rocm_suffix_clone_truncation_and_return_type() -> None
     assert "truncated" not in _one("nvjet_tst_64x8_64x16_4x1_v_bz_TNT").tags
 
 
+def test_normalize_is_idempotent_on_real_names() -> None:
+    rows = list(csv.DictReader((DATA / "kernel_names_extra.csv").open(encoding="utf-8")))
+    for row in rows:
+        once = normalize_name(row["name"])
+        assert normalize_name(once) == once, row["name"]
+
+
 def test_demangle_itanium_names_without_cxxfilt() -> None:
     assert demangle("_ZN5flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi128ELi128ELi64ELi4ELb0ELb0EN7cutlass"
                     "6half_tE19Flash_kernel_traitsILi128ELi128ELi64ELi4ES3_EELb0ELb1ELb0ELb0ELb1ELb1ELb0ELb0EEEvNS_"
@@ -270,7 +277,7 @@ def test_precision_and_arch_tags() -> None:
                           "void marlin_moe_wna16::Marlin<(long)1125899906909960, (int)128>",
                           "nvjet_sm100_tst_16x64_64x16_2x1_v_bz_TNN",
                           "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1"])
-    assert [c.precision for c in got] == ["fp8", "bf16", "fp32", "int4", "unknown", "fp4"]
+    assert [c.precision for c in got] == ["fp8", "bf16", "fp32", "int4", "bf16", "fp4"]
     assert [c.arch for c in got] == ["sm90", "sm80", "sm80", None, "sm100", None]
     assert got[-1].fp4_format == "mxfp4"
 

@@ -86,8 +86,15 @@ def _template_part(name: str) -> str:
     return plain
 
 
+_NVJET_TYPES = re.compile(r"^nvjet_(?:sm\d+_)?(qq|[a-z])[a-z]{1,3}_\d")
+_NVJET_CODES = {"qq": "fp8", "q": "fp8", "e": "fp8", "h": "fp16", "t": "bf16", "s": "fp32"}
+
+
 def infer_precision(name: str) -> str:
     """Operand precision spelled in a normalised name (lowest precision wins), else ``unknown``."""
+    nvjet = _NVJET_TYPES.match(name)
+    if nvjet:  # cuBLAS nvjet_<types>_...: first letter(s) = input type (t bf16, h fp16, s fp32, qq fp8)
+        return _NVJET_CODES.get(nvjet.group(1), "unknown")
     text = _DTYPE_LIST_IN_NAME.sub("", _template_part(name))
     for precision, pattern in _PRECISION_PATTERNS:
         if pattern.search(text):
