@@ -213,7 +213,7 @@ def _mask(pairs: list[tuple[int, int]]) -> np.ndarray:
     return m
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(kernel_rows, memop_rows)
 def test_device_numbers_match_brute_force(kernels, memops):
     ks = [(a, a + d, 0, s, f"k_{b}", b) for a, d, s, b in kernels]

@@ -219,3 +219,13 @@ def test_real_nsys_export_without_kernels_exits_2(shared_data: Path, capsys: pyt
     assert main(["summary", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"Error: {path}: ") and "no kernel activity" in err[0]
+
+
+def test_real_gpu_log_is_aligned_through_the_trace_clock(shared_data: Path) -> None:
+    import traceanalyzer as ta
+
+    s = ta.summary(_kineto(shared_data, "nop2p_prefill_serial")[:1],
+                   gpu_log=shared_data / "h200" / "gpu" / "power_log_nop2p_runs.csv")
+    assert s.power is not None and s.power["matched"]
+    (gpu,) = s.power["gpus"]
+    assert gpu["gpu"] == 0 and gpu["samples"] >= 10 and 0 < gpu["power_mean_w"] <= gpu["power_limit_w"]
