@@ -229,3 +229,21 @@ def test_real_gpu_log_is_aligned_through_the_trace_clock(shared_data: Path) -> N
     assert s.power is not None and s.power["matched"]
     (gpu,) = s.power["gpus"]
     assert gpu["gpu"] == 0 and gpu["samples"] >= 10 and 0 < gpu["power_mean_w"] <= gpu["power_limit_w"]
+
+
+def test_bad_layer_pattern_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "never_read.json"
+    path.write_text("{}")
+    assert main(["summary", "--layer-pattern", "layer_(", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: --layer-pattern 'layer_(' is not a valid regular expression")
+
+
+def test_missing_step_range_falls_back_with_a_warning() -> None:
+    import traceanalyzer as ta
+
+    t = make_trace(kernels=[(0, 10, 0, 7, "gemm", "gemm")], path="r0.json")
+    s = ta.summary([t], step_range="train_step")
+    assert s.devices[0].step_source == "none"
+    assert s.warnings == ["r0.json: rank 0 GPU 0: no range named 'train_step' launched GPU work; steps from none "
+                          "instead"]

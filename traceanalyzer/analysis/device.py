@@ -158,6 +158,10 @@ def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | 
     step_range = getattr(options, "step_range", None)
     layer_pattern = getattr(options, "layer_pattern", r"layer_?\d+")
     steps = step_windows(act, step_range) if steps is None else steps
+    warnings = []
+    if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):
+        warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
+                        f"steps from {steps['source'].iloc[0]} instead")
     layers = layer_table(act, steps, layer_pattern) if layers is None else layers
     lo, hi = act.span
     busy_ns = iv.lengths_sum(act.busy)
@@ -190,5 +194,5 @@ def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | 
         extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
-               "window_ns": [lo, hi], "layers": len(layers.table)},
+               "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import EmptyTraceError
+from ..errors import BadInputError, EmptyTraceError
 from ..trace import Trace
 from .device import analyze_device
 from .results import CrossRankSummary, DeviceSummary, Summary, TraceMeta, WhatIf
@@ -101,10 +102,21 @@ def _power(traces: list[Trace], devices: list[DeviceSummary], gpu_log: PathLike)
     return result
 
 
+def _check_pattern(pattern: str | None) -> None:
+    """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression."""
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
+                from None
+
+
 def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = None, **kwargs: Any) -> Summary:
     """The whole ``summary`` of already loaded (classified) traces: one :class:`DeviceSummary` per (rank, device)
     with kernels, cross-rank matching, the what-if estimate and findings. ``kwargs`` set SummaryOptions fields."""
     opts = options or SummaryOptions(**kwargs)
+    _check_pattern(opts.layer_pattern)
     trace_list = [traces] if isinstance(traces, Trace) else list(traces)
     metas = [trace_meta(t) for t in trace_list]
     devices = [analyze_device(t, rank, device, options=opts)
@@ -115,6 +127,7 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     what_if = what_if_fn(trace_list, devices, cross) if what_if_fn else \
         WhatIf(None, "gpu_transfer", {"reason": "not computed"})
     warnings = [f"{Path(t.path).name}: {w}" for t in trace_list for w in t.warnings]
+    warnings += [f"{Path(d.trace).name}: {w}" for d in devices for w in d.extra.get("warnings", [])]
     result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
                      gpu_metrics=_gpu_metrics(trace_list))
     if opts.gpu_log is not None:
@@ -134,6 +147,7 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
     """
     from ..api import load_many
 
+    _check_pattern(layer_pattern)
     traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
     if not any(len(t.kernels) for t in traces):
         first = traces[0] if traces else None
