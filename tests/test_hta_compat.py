@@ -119,3 +119,11 @@ def test_ranks_sorted_and_no_comm_gives_no_overlap() -> None:
     assert result.ranks[1].kernel_us is None and result.ranks[1].overlap_pct is None
     alone = hta_compat_traces([no_comm]).ranks[0]
     assert alone.overlap_pct is None and alone.compute_us == 4
+
+
+def test_jobs_gives_the_same_numbers(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = str(shared_data / "hta" / "tests" / "data" / "trace_filter")
+    assert main(["summary", "--hta-compat", "--json", folder]) == 0
+    serial = json.loads(capsys.readouterr().out)
+    assert main(["summary", "--hta-compat", "--json", "--jobs", "2", folder]) == 0
+    assert json.loads(capsys.readouterr().out) == serial

@@ -86,7 +86,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
         from .analysis.hta_compat import hta_compat as hta_fn
 
         with progress_bar("loading") as progress:
-            result = hta_fn(list(traces), progress=progress)
+            result = hta_fn(list(traces), progress=progress, jobs=jobs)
         if as_json:
             _emit_json(result.to_json())
         else:

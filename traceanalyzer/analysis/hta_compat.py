@@ -93,10 +93,16 @@ class HtaCompatResult:
         }
 
 
-def hta_compat(paths: Sequence[str | Path], progress: ProgressFn | None = None) -> HtaCompatResult:
-    """Load rank traces (files or directories) and compute HTA's temporal breakdown and overlap per rank."""
+def hta_compat(paths: Sequence[str | Path], progress: ProgressFn | None = None, jobs: int = 1) -> HtaCompatResult:
+    """Load rank traces (files or directories; ``jobs`` worker processes when > 1) and compute HTA's temporal
+    breakdown and overlap per rank."""
     files = expand_paths(list(paths))
-    traces = [load_one(f, progress=progress, tables=_TABLES) for f in files]
+    if jobs > 1 and len(files) > 1:
+        from ..parallel import map_files
+
+        traces = map_files(files, classify=False, jobs=jobs, progress=progress)
+    else:
+        traces = [load_one(f, progress=progress, tables=_TABLES) for f in files]
     return hta_compat_traces(traces)
 
 
