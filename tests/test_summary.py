@@ -247,3 +247,13 @@ def test_missing_step_range_falls_back_with_a_warning() -> None:
     assert s.devices[0].step_source == "none"
     assert s.warnings == ["r0.json: rank 0 GPU 0: no range named 'train_step' launched GPU work; steps from none "
                           "instead"]
+
+
+def test_unclassified_traces_are_classified_first(tmp_path: Path) -> None:
+    pytest.importorskip("traceanalyzer.loaders.kineto")
+    import traceanalyzer as ta
+
+    trace = ta.load(tiny_kineto(tmp_path / "rank0.json"), classify=False)
+    assert "bucket_id" not in trace.kernels
+    d = ta.summary(trace).devices[0]
+    assert (d.comm_ns, d.comm_hidden_ns, d.comm_exposed_ns) == (50_000, 20_000, 30_000)

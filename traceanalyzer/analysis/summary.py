@@ -102,6 +102,15 @@ def _power(traces: list[Trace], devices: list[DeviceSummary], gpu_log: PathLike)
     return result
 
 
+def _classified(trace: Trace, rules: PathLike | None) -> Trace:
+    """The trace itself when it already has class columns, else classified (e.g. ``ta.load(classify=False)``)."""
+    if "bucket_id" in trace.kernels:
+        return trace
+    from ..classify import classify_trace
+
+    return classify_trace(trace, rules=rules)
+
+
 def _check_pattern(pattern: str | None) -> None:
     """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression."""
     if pattern:
@@ -117,7 +126,7 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     with kernels, cross-rank matching, the what-if estimate and findings. ``kwargs`` set SummaryOptions fields."""
     opts = options or SummaryOptions(**kwargs)
     _check_pattern(opts.layer_pattern)
-    trace_list = [traces] if isinstance(traces, Trace) else list(traces)
+    trace_list = [_classified(t, opts.rules) for t in ([traces] if isinstance(traces, Trace) else traces)]
     metas = [trace_meta(t) for t in trace_list]
     devices = [analyze_device(t, rank, device, options=opts)
                for t in trace_list for rank, device in device_pairs(t)]
