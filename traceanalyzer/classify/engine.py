@@ -140,7 +140,8 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
     """Classify one raw kernel name with ``rules`` (first match wins; no match → ``other``, low)."""
     norm = normalize_name(raw)
     fn = head(norm)
-    rule: Rule | None = next((r for r in rules.rules if r.matches(norm, fn)), None)
+    lname, lfn = norm.lower(), fn.lower()
+    rule: Rule | None = next((r for r in rules.rules if r.matches(norm, fn, lname, lfn)), None)
     truncated = is_truncated(raw)
     extra_tags = ("truncated",) if truncated else ()
     if rule is None:

@@ -29,9 +29,18 @@ def _codes(strings: StringPool, values: list[str]) -> np.ndarray:
     return np.fromiter((strings.intern(v) for v in values), dtype=np.int32, count=len(values))
 
 
+def _unique_ids(ids: np.ndarray, pool_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct string ids (``-1`` allowed) and each row's index into them, in O(rows + pool) without a sort."""
+    present = np.zeros(pool_size + 1, dtype=bool)
+    shifted = ids.astype(np.int64) + 1
+    present[shifted] = True
+    slot = np.cumsum(present) - 1
+    return np.flatnonzero(present) - 1, slot[shifted]
+
+
 def classify_name_ids(strings: StringPool, ids: np.ndarray, rules: RuleSet) -> dict[str, np.ndarray]:
     """Per-row class columns for string-pool name ids (each distinct id classified once)."""
-    unique_ids, inverse = np.unique(ids, return_inverse=True)
+    unique_ids, inverse = _unique_ids(ids, len(strings))
     classes: list[KernelClass] = [classify_one(strings[int(i)] if i >= 0 else "", rules) for i in unique_ids]
     return {
         "bucket_id": _codes(strings, [c.bucket for c in classes])[inverse],
