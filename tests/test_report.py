@@ -91,8 +91,8 @@ def test_cdn_page_is_small_and_references_cdn(hostile_page: str, page: str) -> N
 
 def test_figures_cover_the_sections(page: str) -> None:
     ids = [i for i, _ in JSON_BLOCK.findall(page)]
-    # breakdown, comm, 2 timelines, layers, collectives, gap histogram, cross-rank
-    assert len(ids) == 8
+    # breakdown, comm, 2 timelines, layers, collectives, gap histogram, cross-rank, GPU metrics
+    assert len(ids) == 9
     for fig_id in ids:
         assert f'data-figure="{fig_id.removesuffix("-data")}"' in page
 
@@ -100,6 +100,7 @@ def test_figures_cover_the_sections(page: str) -> None:
 def test_power_and_metrics_and_notes(page: str) -> None:
     assert "power_log.csv" in page and "301.5" in page
     assert "SMs Active [Throughput %]" in page
+    assert "mean: comm_exposed" in page and "<td class=\"num\">3.5</td>" in page
     assert "synthetic data" in page
     assert "profiler_step" in page
 

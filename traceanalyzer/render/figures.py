@@ -198,3 +198,31 @@ def cross_rank_figure(cross: CrossRankSummary) -> go.Figure | None:
                       xaxis={"type": "category"}, showlegend=False)
     fig.update_layout(margin={"l": 60})
     return fig
+
+
+#: GPU metrics drawn as a chart (by name prefix), in preference order; the first present is drawn.
+CHART_METRICS = ("SMs Active", "SM Issue", "Tensor Active")
+
+
+def metric_figure(df: pd.DataFrame | None, escape: Escape) -> go.Figure | None:
+    """Mean of the SM-activity metrics per phase (what the GPU ran), one bar group per device and metric."""
+    import plotly.graph_objects as go
+
+    if df is None or not len(df) or not {"device", "metric", "phase", "mean"} <= set(df.columns):
+        return None
+    names = df["metric"].astype(str)
+    wanted = names.map(lambda n: any(n.startswith(p) and "%" in n for p in CHART_METRICS))
+    part = df[wanted.to_numpy()]
+    if not len(part):
+        return None
+    fig = go.Figure()
+    for (device, metric), rows in part.groupby(["device", "metric"], sort=True):
+        rows = rows[rows["phase"].astype(str) != "all"]
+        fig.add_trace(go.Bar(x=[escape(str(p)) for p in rows["phase"]], y=rows["mean"].to_numpy(dtype=float),
+                             name=escape(f"GPU {device}: {metric}"),
+                             hovertemplate="%{x}: %{y:.1f}<extra>%{fullData.name}</extra>"))
+    fig.update_layout(**_BASE_LAYOUT, barmode="group", height=340,
+                      xaxis={"title": {"text": "what the GPU was running"}, "type": "category"},
+                      yaxis={"title": {"text": "mean, % of peak"}})
+    fig.update_layout(margin={"l": 60})
+    return fig

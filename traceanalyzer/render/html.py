@@ -147,6 +147,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
         "cross_plot": plots.add(figures.cross_rank_figure(summary.cross_rank)) if summary.cross_rank else None,
         "top_kernels": sections.top_kernel_groups(devices),
         "gpu_metrics": sections.gpu_metric_rows(summary.gpu_metrics),
+        "metrics_plot": plots.add(figures.metric_figure(summary.gpu_metrics, plot_text)),
         "power": sections.power_rows(summary.power),
         "notes": sections.method_notes(summary),
     }

@@ -88,7 +88,8 @@ def headline(summary: Summary) -> list[dict[str, str]]:
     cards: list[dict[str, str]] = []
     if step:
         n_steps = max((d.steps for d in devices), default=0)
-        cards.append({"label": "median step", "value": fmt_ns(step), "sub": f"{n_steps} steps profiled"})
+        plural = "" if n_steps == 1 else "s"
+        cards.append({"label": "median step", "value": fmt_ns(step), "sub": f"{n_steps} step{plural} profiled"})
     per_step = [d.comm_exposed_per_step_ns for d in devices if d.comm_exposed_per_step_ns is not None]
     if per_step:
         worst = max(per_step)
@@ -159,7 +160,7 @@ def _cell(value: Any, col: str) -> str:
     if col.endswith("_ns") and isinstance(value, (int, float, np.integer, np.floating)):
         return fmt_ms(value)
     if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
     return str(value)
 
 
@@ -262,11 +263,39 @@ def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:
     return out
 
 
+PHASE_ORDER = ("all", "comm_exposed", "comm_hidden", "idle")
+
+
+def _phase_key(phase: str) -> tuple[int, int, str]:
+    if phase in PHASE_ORDER:
+        return (0, PHASE_ORDER.index(phase), phase)
+    return (1, *bucket_sort_key(phase))
+
+
 def gpu_metric_rows(df: pd.DataFrame | None) -> dict[str, Any] | None:
-    """GPU metric aggregates (nsys GPU_METRICS) as a table."""
+    """GPU metric means (nsys GPU_METRICS) per device and metric, one column per phase (what the GPU ran)."""
     if df is None or not len(df):
         return None
-    return frame_table(df)
+    if not {"device", "metric", "phase", "mean"} <= set(df.columns):
+        return frame_table(df)
+    phases = sorted({str(p) for p in df["phase"]}, key=_phase_key)
+    keys = ["trace", "device", "metric"] if "trace" in df.columns and df["trace"].nunique() > 1 else \
+        ["device", "metric"]
+    table = df.assign(phase=df["phase"].astype(str)).pivot_table(index=keys, columns="phase", values="mean",
+                                                                   aggfunc="first", sort=True)
+    rows = []
+    for index, values in table.iterrows():
+        head = [str(v) if k != "trace" else Path(str(v)).name
+                for k, v in zip(keys, index if isinstance(index, tuple) else (index,), strict=True)]
+        rows.append(head + [_cell(values.get(p), p) for p in phases])
+    return {"columns": keys + [f"mean: {p}" for p in phases], "rows": rows,
+            "numeric": [k == "device" for k in keys] + [True] * len(phases), "omitted": 0}
+
+
+POWER_COLUMNS = {"gpu": "GPU", "samples": "samples", "power_mean_w": "power mean (W)",
+                 "power_max_w": "power max (W)", "power_limit_w": "limit (W)",
+                 "power_mean_pct_of_limit": "mean % of limit", "sm_clock_mhz_mean": "SM clock mean (MHz)",
+                 "util_pct_mean": "utilization mean (%)", "temp_c_mean": "temperature mean (°C)"}
 
 
 def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -274,13 +303,12 @@ def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
     if not power:
         return None
     gpus = power.get("gpus", [])
-    keys = [k for k in ("gpu", "samples", "power_mean_w", "power_max_w", "power_limit_w",
-                        "power_mean_pct_of_limit", "sm_clock_mhz_mean", "util_pct_mean", "temp_c_mean")
-            if any(k in g for g in gpus)]
+    keys = [k for k in POWER_COLUMNS if any(k in g for g in gpus)]
     rows = [[_cell(g.get(k), k) for k in keys] for g in gpus]
     return {"log": str(power.get("log", "")), "timezone": str(power.get("assumed_timezone", "")),
-            "matched": bool(power.get("matched", True)),
-            "table": {"columns": keys, "rows": rows, "numeric": [True] * len(keys), "omitted": 0}}
+            "matched": bool(power.get("matched", True)), "reason": str(power.get("reason", "")),
+            "table": {"columns": [POWER_COLUMNS[k] for k in keys], "rows": rows, "numeric": [True] * len(keys),
+                      "omitted": 0}}
 
 
 def method_notes(summary: Summary) -> dict[str, Any]:

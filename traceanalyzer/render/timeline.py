@@ -70,13 +70,17 @@ def representative_window(summary: DeviceSummary) -> Window:
     return Window(0, 0, "whole trace (no steps found)")
 
 
-def _activity(trace: Trace, rank: int, device: int) -> tuple[np.ndarray, ...]:
-    """start, end, stream, bucket (str), name (str) of the device's kernels and memory operations."""
+def _activity(trace: Trace, rank: int, device: int, window: Window) -> tuple[np.ndarray, ...]:
+    """start, end, stream, bucket (str), name (str) of the device's kernels and memory operations that overlap
+    ``window`` (all of them when the window is empty), clipped to it."""
     parts = []
+    clip = window.end_ns > window.start_ns
     for table, default_bucket in ((trace.kernels, "unclassified"), (trace.memops, "memory")):
         if not len(table):
             continue
         mask = (table["device"] == device) & ((table["rank"] == rank) | (rank < 0))
+        if clip:
+            mask &= (table["end_ns"] > window.start_ns) & (table["start_ns"] < window.end_ns)
         t = table.take(mask)
         if not len(t):
             continue
@@ -87,7 +91,10 @@ def _activity(trace: Trace, rank: int, device: int) -> tuple[np.ndarray, ...]:
             buckets = np.full(len(t), default_bucket, dtype=object)
         names = trace.names(t["name_id"])
         names = np.where(pd.isna(names), "(unnamed)", names).astype(object)
-        parts.append((t["start_ns"], t["end_ns"], t["stream"], buckets, names))
+        start, end = t["start_ns"], t["end_ns"]
+        if clip:
+            start, end = np.maximum(start, window.start_ns), np.minimum(end, window.end_ns)
+        parts.append((start, end, t["stream"], buckets, names))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty, np.zeros(0, dtype=object), np.zeros(0, dtype=object)
@@ -150,12 +157,7 @@ def downsample(start: np.ndarray, end: np.ndarray, stream: np.ndarray, bucket: n
 def device_rects(trace: Trace, summary: DeviceSummary, window: Window, *,
                  max_rects: int = MAX_RECTS) -> Rects:
     """Downsampled activity of one device clipped to ``window``."""
-    start, end, stream, bucket, name = _activity(trace, summary.rank, summary.device)
-    if window.end_ns > window.start_ns:
-        keep = (end > window.start_ns) & (start < window.end_ns)
-        start, end, stream, bucket, name = (a[keep] for a in (start, end, stream, bucket, name))
-        start = np.maximum(start, window.start_ns)
-        end = np.minimum(end, window.end_ns)
+    start, end, stream, bucket, name = _activity(trace, summary.rank, summary.device, window)
     span = int(window.end_ns - window.start_ns) if window.end_ns > window.start_ns else \
         int(end.max() - start.min()) if len(start) else 1
     return downsample(start, end, stream, bucket, name, window_ns=max(span, 1), max_rects=max_rects)
