@@ -1,0 +1,151 @@
+"""Host-side evidence of one (rank, device): who waited for whom between the CPU and the GPU.
+
+* **launch-bound kernel**: it started within ``LAUNCH_SLACK_NS`` of its launch call returning, on a device that
+  was idle just before — the GPU was waiting for the host to launch it. The idle gap before it is GPU time
+  spent **waiting for the host**.
+* **host sync**: an API call that blocks the host until the GPU catches up (``cuda*Synchronize``); it splits the
+  host timeline into segments, because host time saved before a sync is lost waiting in it.
+* **issuing op** of a communication kernel: the innermost CPU range on the launching thread that contains its
+  launch call and is named like a collective issue — ProcessGroupNCCL's ``nccl:*`` record (Kineto), NCCL's own
+  NVTX range (``ncclAllReduce``, nsys), else the ``c10d::*`` op / ``record_param_comms`` / a user range named
+  after the collective; without any, the launch call itself. The innermost range is the one least inflated by
+  the profiler's own bookkeeping (``record_param_comms`` exists to record collective metadata for the profiler).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from .activity import DeviceActivity
+
+LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
+# CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
+# NCCL's own NVTX ranges, and user annotations named after the collective (e.g. an NVTX "allreduce" range)
+ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A-Za-z]+$)|"
+                      r"^(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)$")
+HOST_SYNC = re.compile(r"Synchronize")
+MAX_WALK = 8  # closed ranges stepped over when looking for the innermost open range before a launch
+
+
+@dataclass
+class HostEvidence:
+    """Per kernel of ``act.kernels`` (sorted by start) plus the device's waiting gaps and the host syncs."""
+
+    launch_end_ns: np.ndarray  # end of the launching API call, -1 when unlinked
+    launch_bound: np.ndarray  # bool
+    issue_start_ns: np.ndarray  # issuing op (communication kernels; -1 otherwise)
+    issue_end_ns: np.ndarray
+    issue_op: np.ndarray  # id shared by kernels issued by one op (or one launch call), -1 when none
+    issue_source: np.ndarray  # "cpu_op" | "launch_api" | "none"
+    wait_anchor_ns: np.ndarray  # host time (launch end) of each GPU-waiting-for-host gap, sorted
+    wait_cumsum_ns: np.ndarray  # cumulative gap length, ``len(anchor) + 1`` entries
+    sync_start_ns: np.ndarray  # starts of host-blocking sync calls of the device's processes, sorted
+
+    def waiting_between(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """GPU time spent waiting for the host, over gaps whose launch (host time) falls in ``[lo, hi)``."""
+        a, c = self.wait_anchor_ns, self.wait_cumsum_ns
+        return c[np.searchsorted(a, hi, side="left")] - c[np.searchsorted(a, lo, side="left")]
+
+
+def _lift(times: np.ndarray, lane: np.ndarray, t0: int, span: int) -> np.ndarray:
+    """Times of several lanes (dense ids) laid end to end on one axis, so one sorted search serves all lanes."""
+    return (times - t0) + lane * span
+
+
+def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """One int64 per (process, thread)."""
+    return np.asarray(pid, dtype=np.int64) * (1 << 32) + (np.asarray(tid, dtype=np.int64) & 0xFFFFFFFF)
+
+
+def issue_ranges(trace: Trace, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CPU ranges of the processes named like a collective issue: ``(start, end, thread)``, sorted by thread,
+    start, longest first."""
+    r = trace.ranges
+    empty = np.empty(0, dtype=np.int64)
+    if len(r) == 0:
+        return empty, empty, empty
+    distinct = np.unique(r["name_id"][r["name_id"] >= 0])
+    wanted = np.array([i for i in distinct.tolist() if ISSUE_OP.search(trace.strings[i])], dtype=np.int64)
+    sel = np.isin(r["name_id"], wanted) & np.isin(r["pid"], pids) & (r["device"] < 0) & (r["end_ns"] > r["start_ns"])
+    s, e = r["start_ns"][sel], r["end_ns"][sel]
+    thread = thread_key(r["pid"][sel], r["tid"][sel])
+    order = np.lexsort((-(e - s), s, thread))
+    return s[order], e[order], thread[order]
+
+
+def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
+                         thread: np.ndarray) -> np.ndarray:
+    """Index of the innermost range of the same thread containing each time ``t``, -1 if none. Ranges nest per
+    thread and are sorted as :func:`issue_ranges` returns them. Each thread gets its own stretch of one axis, so
+    no range of one thread can contain a time of another. From the latest range starting at or before ``t``,
+    walk back (vectorized over all times) past ranges already closed; after ``MAX_WALK`` steps, the outermost
+    range still open is taken."""
+    if len(starts) == 0 or len(t) == 0:
+        return np.full(len(t), -1, dtype=np.int64)
+    _, lane = np.unique(np.r_[threads, thread], return_inverse=True)
+    lane = lane.ravel()
+    t0 = int(min(starts.min(), t.min()))
+    span = int(max(ends.max(), t.max()) - t0) + 1
+    key = _lift(starts, lane[: len(starts)], t0, span)
+    end = _lift(ends, lane[: len(starts)], t0, span)
+    probe = _lift(t, lane[len(starts):], t0, span)
+    idx = np.searchsorted(key, probe, side="right") - 1
+    found = np.full(len(t), -1, dtype=np.int64)
+    for _ in range(MAX_WALK):  # bounded by nesting/sibling count, not by the number of events
+        ok = (found < 0) & (idx >= 0) & (end[np.maximum(idx, 0)] > probe)
+        found = np.where(ok, idx, found)
+        idx = np.where(found < 0, idx - 1, idx)
+    outermost = np.flatnonzero(np.r_[True, key[1:] >= np.maximum.accumulate(end)[:-1]])
+    pos = np.searchsorted(key[outermost], probe, side="right") - 1
+    cand = outermost[np.maximum(pos, 0)]
+    outer = np.where((pos >= 0) & (end[cand] > probe), cand, -1)
+    return np.where(found >= 0, found, outer)
+
+
+def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    k = act.kernels
+    b_start, b_end = act.busy
+    pos = np.searchsorted(b_start, k["start_ns"], side="right") - 1
+    prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], k["start_ns"])
+    gap = np.where(launch_bound, k["start_ns"] - prev_end, 0)
+    order = np.argsort(launch_end, kind="stable")
+    anchor = launch_end[order]
+    return anchor, np.r_[0, np.cumsum(gap[order])].astype(np.int64)
+
+
+def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
+    """Launch-bound flags, issuing ops of communication kernels, GPU-waiting gaps and host syncs of a device."""
+    k = act.kernels
+    api = trace.api_calls
+    linked = act.launch_row >= 0
+    row = np.maximum(act.launch_row, 0)
+    launch_end = np.where(linked, api["end_ns"][row], -1) if len(api) else np.full(len(k), -1, dtype=np.int64)
+    b_start = act.busy[0]
+    pos = np.searchsorted(b_start, k["start_ns"], side="right") - 1
+    idle_before = (pos >= 0) & (b_start[np.maximum(pos, 0)] == k["start_ns"])
+    launch_bound = linked & idle_before & (k["start_ns"] - launch_end <= LAUNCH_SLACK_NS)
+
+    o_s, o_e, o_thread = issue_ranges(trace, act.pids)
+    comm = act.kernel_is_comm
+    op = innermost_containing(o_s, o_e, o_thread, np.where(linked, act.launch_ns, -1),
+                              thread_key(act.launch_pid, act.launch_tid))
+    op = np.where(linked & comm, op, -1)
+    has_op = op >= 0
+    issue_start = np.where(has_op, o_s[np.maximum(op, 0)] if len(o_s) else -1,
+                           np.where(linked & comm, act.launch_ns, -1))
+    issue_end = np.where(has_op, o_e[np.maximum(op, 0)] if len(o_s) else -1, np.where(linked & comm, launch_end, -1))
+    owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + act.launch_row, -1))
+    source = np.where(has_op, "cpu_op", np.where(linked & comm, "launch_api", "none"))
+
+    anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
+    names = trace.names(api["name_id"]) if len(api) else np.empty(0, dtype=object)
+    distinct = {n for n in set(names.tolist()) if n and HOST_SYNC.search(n)}
+    is_sync = np.isin(names, list(distinct)) & np.isin(api["pid"], act.pids) if distinct else \
+        np.zeros(len(api), dtype=bool)
+    return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, anchor, cumsum,
+                        np.sort(api["start_ns"][is_sync]))
