@@ -293,6 +293,15 @@ def test_user_rules_override_defaults(tmp_path: Path) -> None:
     assert c[1].rule == "moe.grouped"  # defaults still apply after the user rules
 
 
+def test_user_rules_case_insensitive_with_upper_case_escapes(tmp_path: Path) -> None:
+    rules = tmp_path / "mine.toml"
+    rules.write_text('[[rule]]\nid = "a"\nmatch = \'^NVJET_\\S+_TNT$\'\nbucket = "gemm"\n'
+                     '[[rule]]\nid = "b"\nmatch = \'^Fused_MoE\'\ncase_sensitive = true\nbucket = "other"\n',
+                     encoding="utf-8")
+    got = classify_names(["nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "fused_moe_kernel", "Fused_MoE_x"], rules=rules)
+    assert [c.rule for c in got] == ["a", "moe.grouped", "b"]
+
+
 @pytest.mark.parametrize("text, problem", [
     ("[[rule]]\nid = 'x'\nmatch = '('\nbucket = 'gemm'\n", "bad regex"),
     ("[[rule]]\nid = 'x'\nmatch = 'a'\nbucket = 'gpu'\n", "is not one of"),
