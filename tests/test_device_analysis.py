@@ -235,3 +235,23 @@ def test_device_numbers_match_brute_force(kernels, memops):
         assert ns == _mask([(a, b) for a, b, _, _, _, kb in ks if kb == bucket]
                            + [(a, b) for a, b, _, _, kind in ms
                               if ("communication" if kind == "PtoP" else "memory") == bucket]).sum()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 100), st.integers(1, 20)), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), min_size=1, max_size=6))
+def test_gpu_projection_matches_brute_force(kernels, ranges):
+    from traceanalyzer.analysis.steps import project_to_gpu
+
+    # kernel i launched at host time `launch` (correlation i+1), runs [start, start+dur) on the GPU
+    t = make_trace(kernels=[(s, s + d, 0, 7, "k", "gemm", None, i + 1) for i, (_, s, d) in enumerate(kernels)],
+                   api_calls=[(launch, launch + 1, i + 1) for i, (launch, _, _) in enumerate(kernels)])
+    act = gather(t, 0, 0)
+    rs = np.array([a for a, _ in ranges])
+    re_ = rs + np.array([d for _, d in ranges])
+    gs, ge, ok = project_to_gpu(act, rs, re_, np.full(len(rs), 100), np.full(len(rs), 1))
+    for j, (a, b) in enumerate(zip(rs.tolist(), re_.tolist(), strict=True)):
+        inside = [(s, s + d) for launch, s, d in kernels if a <= launch < b]
+        assert ok[j] == bool(inside)
+        if inside:
+            assert (gs[j], ge[j]) == (min(s for s, _ in inside), max(e for _, e in inside))
