@@ -237,3 +237,13 @@ def test_bad_input_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["report", str(bad), "-o", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"Error: {bad}: ")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty.json"]
+
+
+def test_collective_points_are_binned_beyond_the_cap() -> None:
+    from traceanalyzer.render.figures import binned_max
+
+    values = np.arange(10_000, dtype=float)
+    x, y, per = binned_max(values, max_points=4000)
+    assert per == 3 and len(x) == 3334 and x[1] == 3 and y[0] == 2 and y[-1] == 9999
+    x, y, per = binned_max(values[:10], max_points=4000)
+    assert per == 1 and np.array_equal(y, values[:10])

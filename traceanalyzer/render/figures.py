@@ -116,8 +116,21 @@ def layer_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure 
     return fig
 
 
+MAX_POINTS = 4000  # collective instances drawn per device before binning
+
+
+def binned_max(values: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray, int]:
+    """(first index, max value, instances per point) of ``values`` in consecutive bins of equal size."""
+    per = max(int(np.ceil(len(values) / max_points)), 1)
+    starts = np.arange(0, len(values), per)
+    if per == 1:
+        return starts, values, 1
+    return starts, np.maximum.reduceat(values, starts), per
+
+
 def collective_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
-    """Exposed vs hidden time of every collective instance in order (ms); None without collectives."""
+    """Exposed time of every collective instance in order (ms); beyond ``MAX_POINTS`` instances, the max of
+    each run of consecutive instances. None without collectives."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -126,9 +139,9 @@ def collective_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Fi
         exposed = column(df, "exposed_ns", "comm_exposed_ns")
         if not len(df) or exposed is None:
             continue
-        fig.add_trace(go.Scatter(x=np.arange(len(df)), y=df[exposed].to_numpy(dtype=float) / 1e6,
-                                 mode="markers", marker={"size": 4},
-                                 name=escape(device_label(d.rank, d.device)),
+        x, y, per = binned_max(df[exposed].to_numpy(dtype=float) / 1e6)
+        label = device_label(d.rank, d.device) + (f" (max of every {per})" if per > 1 else "")
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", marker={"size": 4}, name=escape(label),
                                  hovertemplate="#%{x}: %{y:.4f} ms exposed<extra>%{fullData.name}</extra>"))
     if not fig.data:
         return None

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 MAX_TIMELINES = 16  # devices drawn on the timeline; the rest are listed as omitted
+TOTAL_RECTS = 20_000  # timeline rectangles of the whole page, shared by the devices drawn
 
 
 def json_for_script(text: str) -> str:
@@ -104,16 +105,18 @@ def _environment() -> Any:
 
 
 def _timelines(summary: Summary, traces: Sequence[Trace], plots: _Figures) -> list[dict[str, Any]]:
-    from .timeline import timeline_figure
+    from .timeline import MAX_RECTS, timeline_figure
 
     by_path = {t.path: t for t in traces}
     out: list[dict[str, Any]] = []
-    for ds in summary.devices[:MAX_TIMELINES]:
+    drawn = summary.devices[:MAX_TIMELINES]
+    budget = max(min(MAX_RECTS, TOTAL_RECTS // max(len(drawn), 1)), 1000)  # keeps the page light with many GPUs
+    for ds in drawn:
         trace = by_path.get(ds.trace) or next(
             (t for t in traces if ds.device in {d.device for d in t.devices}), None)
         if trace is None:
             continue
-        fig, facts = timeline_figure(trace, ds, escape=plot_text)
+        fig, facts = timeline_figure(trace, ds, escape=plot_text, max_rects=budget)
         out.append({"label": sections.device_title(ds), "plot": plots.add(fig), **facts})
     return out
 

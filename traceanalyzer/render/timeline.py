@@ -182,7 +182,8 @@ def _exposed_segments(summary: DeviceSummary, window: Window) -> tuple[np.ndarra
     return s, e
 
 
-def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any) -> tuple[go.Figure, dict[str, Any]]:
+def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any,
+                    max_rects: int = MAX_RECTS) -> tuple[go.Figure, dict[str, Any]]:
     """The timeline figure of one device and facts about it (window, kernels, rectangles drawn).
 
     ``escape`` makes trace text safe for plotly's pseudo-HTML labels.
@@ -190,7 +191,7 @@ def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any) -> tup
     import plotly.graph_objects as go
 
     window = representative_window(summary)
-    rects = device_rects(trace, summary, window)
+    rects = device_rects(trace, summary, window, max_rects=max_rects)
     origin = window.start_ns if window.end_ns > window.start_ns else (int(rects.start_ns.min()) if len(rects)
                                                                         else 0)
     streams = [int(s) for s in np.unique(rects.stream)]
