@@ -24,6 +24,7 @@ _STD_SUBS = {"St": "std", "Sa": "std::allocator", "Sb": "std::basic_string", "Ss
              "Si": "std::istream", "So": "std::ostream", "Sd": "std::iostream"}
 _LITERAL_SUFFIX = {"j": "u", "m": "ul", "l": "l", "y": "ull", "x": "ll"}
 _SOURCE_NAME = re.compile(r"(\d+)")
+_MANGLING_CODE = re.compile(r"^E*L[a-z]\d|^[A-Z]E$|^S\d*_")
 
 
 class _Fail(Exception):
@@ -346,7 +347,8 @@ def _fallback(symbol: str) -> str:
         if m:
             n = int(m.group(1))
             ident = symbol[m.end():m.end() + n]
-            if len(ident) == n and (ident[:1].isalpha() or ident[:1] == "_"):
+            if len(ident) == n and n > 1 and (ident[:1].isalpha() or ident[:1] == "_") \
+                    and not _MANGLING_CODE.match(ident):
                 idents.append("(anonymous namespace)" if ident.startswith("_GLOBAL__N") else ident)
                 i = m.end() + n
                 continue
