@@ -16,11 +16,12 @@ Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
@@ -112,14 +113,10 @@ def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -
     s, e = exposed
     step_row = iv.window_of(s, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
     step_ids = steps["step"].to_numpy()
-    lt = layers.table
-    lay_row = iv.window_of(s, lt["start_ns"].to_numpy(np.int64), lt["end_ns"].to_numpy(np.int64)) \
-        if len(lt) else np.full(len(s), -1)
-    lay_ids = lt["layer"].to_numpy(np.int64) if len(lt) else np.empty(0, dtype=np.int64)
     return pd.DataFrame({
         "start_ns": s, "end_ns": e, "duration_ns": e - s,
         "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
-        "layer": np.where(lay_row >= 0, lay_ids[np.maximum(lay_row, 0)] if len(lay_ids) else -1, -1),
+        "layer": layers.layer_at(s),
     }, columns=GAP_COLUMNS)
 
 
@@ -147,7 +144,7 @@ def _device_name(act: DeviceActivity) -> str | None:
     return None
 
 
-def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | None = None,
+def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | None = None,
                    layers: Layers | None = None, options: SummaryOptions | None = None) -> DeviceSummary:
     """Every per-device number of :class:`DeviceSummary` for ``(rank, device)`` of a classified trace.
 
@@ -158,7 +155,7 @@ def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | 
     step_range = getattr(options, "step_range", None)
     layer_pattern = getattr(options, "layer_pattern", r"layer_?\d+")
     steps = step_windows(act, step_range) if steps is None else steps
-    warnings = []
+    warnings: list[str] = []
     if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):
         warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
                         f"steps from {steps['source'].iloc[0]} instead")
@@ -172,11 +169,6 @@ def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | 
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
-    memop_layer = np.full(len(act.memops), -1, dtype=np.int64)
-    if len(layers.table) and len(act.memops):
-        lt = layers.table
-        row = iv.window_of(act.memops["start_ns"], lt["start_ns"].to_numpy(np.int64), lt["end_ns"].to_numpy(np.int64))
-        memop_layer = np.where(row >= 0, lt["layer"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
@@ -189,7 +181,7 @@ def analyze_device(trace: Any, rank: int, device: int, *, steps: pd.DataFrame | 
         step_source=str(steps["source"].iloc[0]) if len(steps) else "none", layer_source=layers.source,
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
-        collectives=collective_instances(act, steps, layers.kernel_layer(), memop_layer),
+        collectives=collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"])),
         top_kernels=top_kernels(act), comm_idle_gaps_ns=comm_idle_gaps(exposed, steps, layers),
         extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
                "comm_on_compute_stream_pct": on_shared_pct,

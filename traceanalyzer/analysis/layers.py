@@ -49,6 +49,14 @@ class Layers:
     kernel_row: np.ndarray
     source: str
 
+    def layer_at(self, times: np.ndarray) -> np.ndarray:
+        """Layer index of the GPU window holding each time (latest-starting one), -1 when none."""
+        times = np.asarray(times, dtype=np.int64)
+        if len(self.table) == 0:
+            return np.full(len(times), -1, dtype=np.int64)
+        row = iv.window_of(times, self.table["start_ns"].to_numpy(np.int64), self.table["end_ns"].to_numpy(np.int64))
+        return np.where(row >= 0, self.table["layer"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+
     def kernel_layer(self) -> np.ndarray:
         """Layer index (the ``layer`` column) of each kernel, -1 when it belongs to none."""
         layers = self.table["layer"].to_numpy() if len(self.table) else np.empty(0, dtype=np.int64)
