@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import FIXTURES, SHARED
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +21,7 @@ from traceanalyzer.testing.synth_nsys import write_nsys_export
 
 REAL = sorted(p.relative_to(SHARED).as_posix() for pattern in ("nsys-public/*.sqlite", "h200/nsys/*.sqlite")
               for p in SHARED.glob(pattern)) if SHARED.is_dir() else []
+SHIPPED = sorted(p.name for p in (FIXTURES / "nsys").glob("*.sqlite"))  # the project's own (redacted) exports
 BIG_XZ = "h200/nsys/tp2_decode_eager_gpumetrics.sqlite.xz"
 
 
@@ -62,6 +63,15 @@ def test_info_kernel_count_matches_sqlite(shared_data: Path, name: str, capsys: 
     assert info["counts"]["kernels"] == kernels
     assert info["counts"]["memcpy"] == _count(path, "CUPTI_ACTIVITY_KIND_MEMCPY")
     assert info["counts"]["nvtx_ranges"] == _count(path, "NVTX_EVENTS", "WHERE eventType IN (59, 60)")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_info_on_shipped_fixtures(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = FIXTURES / "nsys" / name
+    code, info, err = _info_json(path, capsys)
+    assert code == 0, err
+    assert info is not None and info["counts"]["kernels"] == _count(path, "CUPTI_ACTIVITY_KIND_KERNEL") > 0
+    assert [d["rank"] for d in info["devices"]] == [0, 1]
 
 
 @pytest.mark.parametrize("name", REAL)

@@ -86,12 +86,14 @@ def raw_counts(conn: sqlite3.Connection, schema: Schema, types: dict[str, int]) 
     counts = {key: count_rows(conn, table) if schema.cols(table) else 0 for key, table in (
         ("kernels", KERNEL), ("memcpy", MEMCPY), ("memset", MEMSET), ("gpu_metrics_samples", GPU_METRICS),
         ("graph_launches", GRAPH_TRACE), ("api_calls", RUNTIME))}
-    by_type: dict[int, int] = {}
-    if schema.has(NVTX, "eventType"):
-        by_type = {int(t): int(n) for t, n in conn.execute(f"SELECT eventType, COUNT(*) FROM {NVTX} GROUP BY 1")
-                   if t is not None}
-    counts["nvtx_ranges"] = by_type.get(types["NvtxPushPopRange"], 0) + by_type.get(types["NvtxStartEndRange"], 0)
-    counts["nvtx_marks"] = by_type.get(types["NvtxMark"], 0)
+    by_type: dict[int, tuple[int, int]] = {}  # eventType → (rows, rows without an end)
+    if schema.has(NVTX, "eventType", "end"):
+        sql = f'SELECT eventType, COUNT(*), COUNT(*) - COUNT("end") FROM {NVTX} GROUP BY 1'
+        by_type = {int(t): (int(n), int(open_)) for t, n, open_ in conn.execute(sql) if t is not None}
+    ranges = [by_type.get(types[kind], (0, 0)) for kind in ("NvtxPushPopRange", "NvtxStartEndRange")]
+    counts["nvtx_ranges"] = sum(n for n, _ in ranges)
+    counts["nvtx_open_ranges"] = sum(open_ for _, open_ in ranges)
+    counts["nvtx_marks"] = by_type.get(types["NvtxMark"], (0, 0))[0]
     return counts, counts["nvtx_ranges"] + counts["nvtx_marks"]
 
 
@@ -143,7 +145,7 @@ def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, T
     return tables
 
 
-def _warnings(counts: dict[str, int], caps: dict[str, object], ranks: RankAssignment, open_ranges: int,
+def _warnings(counts: dict[str, int], caps: dict[str, object], ranks: RankAssignment,
               has_gpu_names: bool) -> list[str]:
     out = []
     if not caps["has_kernel_table"]:
@@ -157,8 +159,8 @@ def _warnings(counts: dict[str, int], caps: dict[str, object], ranks: RankAssign
         out.append(f"rank inferred from process order (pid→rank: {pids})")
     if not has_gpu_names and caps["has_kernel_table"]:
         out.append("export has no GPU description table (TARGET_INFO_GPU): device names are unknown")
-    if open_ranges:
-        out.append(f"{open_ranges} NVTX ranges were never closed (end_ns = -1)")
+    if counts["nvtx_open_ranges"]:
+        out.append(f"{counts['nvtx_open_ranges']} NVTX ranges were never closed (end_ns = -1)")
     return out
 
 
@@ -191,12 +193,10 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         "has_runtime": bool(schema.cols(RUNTIME)), "has_gpu_info": catalog.present, "rank_source": ranks.source,
         "tables_read": sorted(want | {"kernels"}),
     }
-    ranges = cols.get("ranges") or {}
-    open_ranges = int(np.count_nonzero(ranges["end_ns"] < 0)) if ranges else 0
     return Trace(
         path=str(path), format=NSYS, strings=pool, tables=_with_ranks(cols, ranks),
         devices=device_infos(catalog, pairs, ranks), tool_version=tool_version, schema_version=schema_version,
         base_time_ns=session_start_utc_ns(conn, schema), world_size=ranks.world_size,
         raw_counts=counts, capabilities=caps,
-        warnings=_warnings(counts, caps, ranks, open_ranges, catalog.present),
+        warnings=_warnings(counts, caps, ranks, catalog.present),
     )
