@@ -44,6 +44,8 @@ CASES: dict[str, tuple[str, bytes, str]] = {
                                b'"args": {"device": 0.5}}]}', "args.device"),
     "missing_ts": ("t.json", b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "dur": 1}]}',
                    "has no \"ts\""),
+    "unknown_phase": ("t.json", b'{"traceEvents": [{"ph": "Z", "cat": "kernel", "ts": 1, "dur": 1}]}',
+                      "$.traceEvents[0].ph"),
     "huge_ts": ("t.json", b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1e300, "dur": 1}]}',
                 "beyond"),
     "missing_dur": ("t.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "k", "ts": 1}]}',

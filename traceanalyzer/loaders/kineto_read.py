@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -48,6 +48,9 @@ class GzipLimits:
 
 
 Num = int | str
+# Every event phase of the Chrome trace-event format: decoded as shared literals, not one string per event.
+Phase = Literal["B", "E", "X", "i", "I", "C", "b", "n", "e", "s", "t", "f", "S", "T", "p", "F", "P", "O", "N", "D",
+                "M", "V", "v", "R", "c", "(", ")", ""]
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
@@ -81,7 +84,7 @@ NO_ARGS = Args()
 class Event(msgspec.Struct, gc=False):
     """One entry of ``traceEvents``; ``ts``/``dur`` are µs as written (int or float), ``None`` when absent."""
 
-    ph: str = ""
+    ph: Phase = ""
     cat: str = ""
     name: str = ""
     pid: int | str = -1
