@@ -42,7 +42,7 @@ _PROBE = """JSON.stringify({
 
 
 def _chromium() -> str:
-    found = os.environ.get("CHROMIUM") or next((p for p in map(shutil.which, BROWSERS) if p), None)
+    found = shutil.which(os.environ.get("CHROMIUM", "")) or next((p for p in map(shutil.which, BROWSERS) if p), None)
     if not found:
         pytest.skip("no Chromium binary found (apt-get install chromium, or set CHROMIUM=/path/to/chrome)")
     return found

@@ -6,6 +6,7 @@ The template escapes every string; nothing here produces HTML.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,10 +155,24 @@ def device_rows(summary: Summary) -> dict[str, Any]:
     return {"columns": cols, "rows": rows, "numeric": [False] + [True] * 10 + [False], "omitted": 0}
 
 
+_NS_COLUMN = re.compile(r"_ns(_r\d+)?$")  # integer-ns columns, per-rank ones included (wait_ns_r0)
+
+
+def _header(col: str) -> str:
+    """``comm_exposed_ns`` → ``comm exposed (ms)``, ``wait_ns_r1`` → ``wait r1 (ms)``; others unchanged."""
+    m = _NS_COLUMN.search(col)
+    if m is None:
+        return col
+    return (col[: m.start()] + (m.group(1) or "")).replace("_", " ") + " (ms)"
+
+
 def _cell(value: Any, col: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    if col.endswith("_ns") and isinstance(value, (int, float, np.integer, np.floating)):
+    unknown_marker = isinstance(value, (int, np.integer)) and value == -1
+    if unknown_marker and (_NS_COLUMN.search(col) or col.endswith("rank")):  # -1 = not known (schema)
+        return "—"
+    if _NS_COLUMN.search(col) and isinstance(value, (int, float, np.integer, np.floating)):
         return fmt_ms(value)
     if isinstance(value, (float, np.floating)):
         return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
@@ -169,7 +184,7 @@ def frame_table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
     """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
     shown = df[cols].head(max_rows)
-    heads = [c[:-3] + " (ms)" if c.endswith("_ns") else c for c in cols]
+    heads = [_header(c) for c in cols]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
     rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in shown.itertuples(index=False)]
     return {"columns": heads, "rows": rows, "numeric": numeric, "omitted": max(len(df) - max_rows, 0)}
@@ -240,7 +255,20 @@ def cross_rank(cr: CrossRankSummary | None) -> dict[str, Any] | None:
     return {"matched": cr.collectives_matched, "transfer_per_step": fmt_ns(cr.transfer_ns_per_step),
             "straggler": "—" if cr.straggler_rank is None else f"rank {cr.straggler_rank}",
             "method": cr.match_method or "—", "table": table,
-            "per_collective": frame_table(cr.per_collective, max_rows=50) if len(cr.per_collective) else None}
+            "per_collective": _matched_table(cr.per_collective)}
+
+
+def _matched_table(per: pd.DataFrame, max_rows: int = 50) -> dict[str, Any] | None:
+    """Matched collective instances with the most wait first: kind, step, transfer, per-rank duration and wait."""
+    if not len(per):
+        return None
+    waits = [c for c in per.columns if c.startswith("wait_ns_r")]
+    durations = [c for c in per.columns if c.startswith("duration_ns_r")]
+    if waits:
+        per = per.assign(_wait=per[waits].sum(axis=1)).sort_values("_wait", ascending=False, kind="stable")
+    cols = ["kind", "step", "step_ordinal", "seq", "transfer_ns", *durations, *waits, "arrival_skew_ns",
+            "last_arrival_rank", "least_wait_rank"]
+    return frame_table(per, cols, max_rows=max_rows)
 
 
 def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:
