@@ -29,6 +29,7 @@ from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 # Complete-event categories turned into table rows (everything else is only counted).
 USED_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
                    "user_annotation", "gpu_user_annotation", "python_function")
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 _RANK_IN_TEXT = re.compile(r"(?:^|[^a-z])rank[\s_:#=-]*(\d+)", re.IGNORECASE)
 _RANK_IN_FILENAME = re.compile(r"[_-](\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)
 
@@ -145,15 +146,27 @@ def _columns(sub: list[Event], index: np.ndarray, cats: _Codes, pool: StringPool
              dur_ns: np.ndarray) -> Complete:
     cat_of = np.array([USED_CATEGORIES.index(c) if c in USED_CATEGORIES else -1 for c in cats.values] or [-1],
                       dtype=np.int8)
+    cat = cat_of[cats.codes[index]]
     args = [e.args for e in sub]
     names = _Codes([e.name for e in sub])
     name_ids = pool.intern_many(names.values) if names.values else np.zeros(0, np.int32)
+    # device/stream/bytes are read only where used: GPU activities (CPU ops are the bulk of a trace)
+    gpu = np.flatnonzero(np.isin(cat, [USED_CATEGORIES.index(c) for c in GPU_CATEGORIES]))
+    gpu_args = [args[i] for i in gpu.tolist()]
     return Complete(
-        cat=cat_of[cats.codes[index]], start_ns=start_ns, end_ns=start_ns + dur_ns,
+        cat=cat, start_ns=start_ns, end_ns=start_ns + dur_ns,
         pid=_ids(sub, "pid"), tid=_ids(sub, "tid"), name_id=name_ids[names.codes],
-        device=_ids(args, "device"), stream=_ids(args, "stream"), correlation=_ids(args, "correlation"),
-        external_id=_ids(args, "external_id"), bytes=_ids(args, "bytes"), events=sub,
+        device=_scatter(len(sub), gpu, _ids(gpu_args, "device")),
+        stream=_scatter(len(sub), gpu, _ids(gpu_args, "stream")),
+        correlation=_ids(args, "correlation"), external_id=_ids(args, "external_id"),
+        bytes=_scatter(len(sub), gpu, _ids(gpu_args, "bytes")), events=sub,
     )
+
+
+def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.full(n, -1, dtype=np.int64)
+    out[rows] = values
+    return out
 
 
 def _ids(items: list[Any], field: str) -> np.ndarray:
