@@ -158,7 +158,9 @@ def test_rank_sources(tmp_path: Path, filename: str, doc_rank: int | None, proce
 
 
 def test_rank_unknown_warns(tmp_path: Path) -> None:
-    trace = load_one(write(tmp_path / "trace.json", document([kernel("k", 1_000, 1_000)], rank=None)))
+    """A long number in the name is a job id or a time, not a rank."""
+    path = tmp_path / "benchmark_1694039959.json"
+    trace = load_one(write(path, document([kernel("k", 1_000, 1_000)], rank=None)))
     assert trace.ranks == [-1]
     assert trace.devices[0].rank is None
     assert len(trace.warnings) == 1 and "rank unknown" in trace.warnings[0]
