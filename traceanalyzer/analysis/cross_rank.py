@@ -26,7 +26,8 @@ from ..trace import Trace
 from .results import CrossRankSummary, DeviceSummary
 
 NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank
-MAX_OFFSET_SEARCH = 4096  # ordinal shifts tried when aligning ranks without step numbers
+MAX_OFFSET_SEARCH = 2048  # ordinal shifts tried when aligning ranks without step numbers
+ALIGN_SAMPLE = 2048  # leading collectives of the reference rank compared per shift
 
 
 def _normal_kind(kind: object) -> str:
@@ -90,25 +91,28 @@ def _start_order_positions(frame: pd.DataFrame, shift: int = 0) -> np.ndarray:
 
 def _best_shift(ref: pd.DataFrame, other: pd.DataFrame, comparable: bool) -> int:
     """Shift ``s`` such that ``other``'s row ``i + s`` (start order) is ``ref``'s row ``i``: most (kind, bytes)
-    agreements, then the closest start times (comparable clocks), then the smallest ``|s|``."""
+    agreements over the first ``ALIGN_SAMPLE`` rows, then the closest start times (comparable clocks), then the
+    smallest ``|s|``."""
     ref = ref.sort_values("start_ns", kind="stable")
     other = other.sort_values("start_ns", kind="stable")
     codes = pd.factorize(pd.concat([ref["kind"] + ":" + ref["bytes"].astype(str),
                                     other["kind"] + ":" + other["bytes"].astype(str)]))[0]
-    a, b = codes[: len(ref)], codes[len(ref):]
-    a_t, b_t = ref["clock_ns"].to_numpy(), other["clock_ns"].to_numpy()
+    a, b = codes[: min(len(ref), ALIGN_SAMPLE)], codes[len(ref):]
+    a_t, b_t = ref["clock_ns"].to_numpy()[: len(a)], other["clock_ns"].to_numpy()
     shifts = np.arange(max(-(len(a) - 1), -MAX_OFFSET_SEARCH), min(len(b) - 1, MAX_OFFSET_SEARCH) + 1)
-    matches = np.zeros(len(shifts), dtype=np.int64)
-    closeness = np.zeros(len(shifts), dtype=np.float64)
-    for j, shift in enumerate(shifts.tolist()):  # one vectorized comparison per candidate shift
-        i0, i1 = max(0, -shift), min(len(a), len(b) - shift)
-        matches[j] = int((a[i0:i1] == b[i0 + shift:i1 + shift]).sum())
-        if comparable:
-            closeness[j] = float(np.median(np.abs(a_t[i0:i1] - b_t[i0 + shift:i1 + shift])))
     if len(shifts) == 0:
         return 0
-    best = np.lexsort((np.abs(shifts), closeness, -matches))[0]
-    return int(shifts[best])
+
+    def window(shift: int) -> tuple[slice, slice]:
+        i0, i1 = max(0, -shift), min(len(a), len(b) - shift)
+        return slice(i0, i1), slice(i0 + shift, i1 + shift)
+
+    matches = np.array([int((a[wa] == b[wb]).sum()) for wa, wb in map(window, shifts.tolist())])  # per shift
+    best = shifts[matches == matches.max()]
+    if comparable and len(best) > 1:
+        closeness = np.array([float(np.median(np.abs(a_t[wa] - b_t[wb]))) for wa, wb in map(window, best.tolist())])
+        best = best[closeness == closeness.min()]
+    return int(best[np.argmin(np.abs(best))])
 
 
 def _keys(frames: list[pd.DataFrame], comparable: bool, named_steps: bool

@@ -143,9 +143,8 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     source = np.where(has_op, "cpu_op", np.where(linked & comm, "launch_api", "none"))
 
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
-    names = trace.names(api["name_id"]) if len(api) else np.empty(0, dtype=object)
-    distinct = {n for n in set(names.tolist()) if n and HOST_SYNC.search(n)}
-    is_sync = np.isin(names, list(distinct)) & np.isin(api["pid"], act.pids) if distinct else \
-        np.zeros(len(api), dtype=bool)
+    distinct = np.unique(api["name_id"][api["name_id"] >= 0]) if len(api) else np.empty(0, dtype=np.int64)
+    sync_ids = [i for i in distinct.tolist() if HOST_SYNC.search(trace.strings[i])]
+    is_sync = np.isin(api["name_id"], sync_ids) & np.isin(api["pid"], act.pids)
     return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, anchor, cumsum,
                         np.sort(api["start_ns"][is_sync]))
