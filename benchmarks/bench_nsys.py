@@ -67,7 +67,8 @@ def measure(cmd: list[str]) -> dict[str, object]:
     if os.waitstatus_to_exitcode(status) != 0:
         err = proc.stderr.read().decode() if proc.stderr else ""
         raise SystemExit(f"{' '.join(cmd[:3])}… failed: {err.strip()[-500:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "out": out.strip()[-200:]}
+    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "out": out.strip()[-200:]}
 
 
 def commands(path: Path) -> dict[str, list[str]]:
@@ -140,15 +141,16 @@ def main() -> None:
         results = {}
         for mode in args.modes.split(","):
             runs = [measure(commands(path)[mode]) for _ in range(args.runs)]
-            results[mode] = {"wall_s": statistics.median(r["wall_s"] for r in runs),  # type: ignore[misc]
-                             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),  # type: ignore[type-var]
-                             "runs": [r["wall_s"] for r in runs]}
-            print(f"{mode:>6}: {results[mode]['wall_s']:7.2f} s  {results[mode]['peak_rss_mb']:8.1f} MB  "
-                  f"runs={results[mode]['runs']}", flush=True)
+            results[mode] = {key: statistics.median(float(r[key]) for r in runs)  # type: ignore[arg-type]
+                             for key in ("wall_s", "cpu_s", "peak_rss_mb")}
+            results[mode]["runs_wall_s"] = [r["wall_s"] for r in runs]  # type: ignore[assignment]
+            row = results[mode]
+            print(f"{mode:>6}: wall {row['wall_s']:7.2f} s  cpu {row['cpu_s']:7.2f} s  peak RSS "
+                  f"{row['peak_rss_mb']:8.1f} MB", flush=True)
         if "floor" in results and "load" in results:
             f, ld = results["floor"], results["load"]
-            print(f"load/floor: wall {ld['wall_s'] / f['wall_s']:.2f}x, peak RSS "
-                  f"{ld['peak_rss_mb'] / f['peak_rss_mb']:.2f}x")  # type: ignore[operator]
+            print(f"load/floor: wall {ld['wall_s'] / f['wall_s']:.2f}x, cpu {ld['cpu_s'] / f['cpu_s']:.2f}x, "
+                  f"peak RSS {ld['peak_rss_mb'] / f['peak_rss_mb']:.2f}x")
         print(json.dumps({"export": str(path), "size_mb": round(path.stat().st_size / 1e6, 1), **results}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -206,9 +206,15 @@ def distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, n
 
 
 def sorted_by_start(columns: dict[str, np.ndarray], key: str = "start_ns") -> dict[str, np.ndarray]:
-    """Columns reordered by ``key`` (stable) when the file did not already store them in that order."""
+    """Columns reordered by ``key`` (stable) when the file did not already store them in that order.
+
+    When a reorder is needed the input dict is consumed (emptied) to keep only one extra column alive at a time.
+    """
     start = columns[key]
     if len(start) < 2 or bool(np.all(start[1:] >= start[:-1])):
         return columns
     order = np.argsort(start, kind="stable")
-    return {k: v[order] for k, v in columns.items()}
+    out = {}
+    for key in list(columns):  # one column at a time: each unsorted column is freed before the next is copied
+        out[key] = columns.pop(key)[order]
+    return out
