@@ -133,3 +133,30 @@ def test_real_prefill_serial_matches_every_step_collective(prefill_serial) -> No
     assert set(cr.wait_ns_by_rank) == {0, 1}
     busbw = cr.extra["busbw_gbps_median"]
     assert busbw is not None and 150 < busbw < 450  # NVLink all-reduce, 2 ranks
+
+
+def _synthetic_rank(rank: int, comm_start: int) -> Trace:
+    """Two ProfilerSteps of gemm → all-reduce → gemm; rank 1 reaches the all-reduce later than rank 0."""
+    kernels, api, ranges = [], [], []
+    for step, t0 in ((1, 5_000), (2, 15_000)):
+        corr = 10 * step
+        kernels += [(t0, t0 + comm_start, rank, 7, "gemm_a", "gemm", None, corr),
+                    (t0 + comm_start, t0 + 6_000, rank, 7, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                     "communication", "all_reduce", corr + 1),
+                    (t0 + 6_000, t0 + 9_000, rank, 7, "gemm_b", "gemm", None, corr + 2)]
+        api += [(t0 - 900, t0 - 890, corr), (t0 - 880, t0 - 870, corr + 1), (t0 - 860, t0 - 850, corr + 2)]
+        ranges.append((t0 - 1_000, t0 + 9_500, "profiler_step", f"ProfilerStep#{step}"))
+    return replace(make_trace(kernels, api_calls=api, ranges=ranges, rank=rank, path=f"rank{rank}.json"),
+                   base_time_ns=1_000_000)
+
+
+def test_summarize_wires_cross_rank_and_what_if() -> None:
+    from traceanalyzer.analysis.summary import summarize
+
+    s = summarize([_synthetic_rank(0, 4_000), _synthetic_rank(1, 5_000)], findings=False)
+    cr = s.cross_rank
+    assert cr is not None and cr.match_method == "step+ordinal" and cr.collectives_matched == 2
+    assert cr.transfer_ns_per_step == 1_000 and cr.wait_ns_by_rank == {0: 2_000, 1: 0}
+    assert cr.straggler_rank == 1 and cr.extra["straggler_by_least_wait"] == 1
+    assert s.what_if.comm_free_step_saving_ns == 1_000 and s.what_if.basis == "gpu_transfer"
+    assert s.to_json()["what_if"]["comm_free_step_saving_ns"] == 1_000
