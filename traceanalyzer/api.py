@@ -18,13 +18,14 @@ def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True
     """Load one trace file (nsys SQLite export or Kineto JSON/.json.gz) into a normalized :class:`Trace`.
 
     With ``classify`` (default) the kernel table gets bucket/sub-bucket/precision/rule columns from the
-    default rules, extended by the user rules file ``rules`` when given.
+    default rules, extended by the user rules file ``rules`` when given, then the context pass (expert GEMMs inside
+    ``moe``/``experts`` ranges → moe_gemm; SendRecv inside ``all_to_all`` ranges → sub-bucket all_to_all).
     """
     trace = load_one(path, progress=progress)
     if classify:
-        from .classify import classify_trace
+        from .classify import classify_trace, refine_with_context
 
-        trace = classify_trace(trace, rules=rules)
+        trace = refine_with_context(classify_trace(trace, rules=rules))
     return trace
 
 
@@ -38,7 +39,7 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
-        return map_files(files, rules=rules, classify=classify, jobs=jobs)
+        return map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress)
     return [load(f, rules=rules, classify=classify, progress=progress) for f in files]
 
 
