@@ -306,3 +306,25 @@ def test_random_kernels_round_trip_exactly(tmp_path: Path, rows: list[tuple]) ->
     assert sorted(got) == sorted(expected)
     assert (np.diff(k["start_ns"]) >= 0).all()
     assert len(trace.devices) == len({(r[5], r[2]) for r in kernels})
+
+
+def test_2021_era_shape_without_newer_columns(tmp_path: Path) -> None:
+    path = write_nsys_export(tmp_path / "old.sqlite", [(0, 10, 0, 7, "void k<1>(int)")], meta_table=None,
+                             nvtx=[(0, 5, "step", 100), (1, 2, "nccl", 100, "NCCL", True)],
+                             memcpy=[(20, 30, 0, 7, 2, 8)])
+    with sqlite3.connect(path) as conn:  # columns and tables that later versions added are gone
+        for table, column in [("CUPTI_ACTIVITY_KIND_KERNEL", "mangledName"), ("CUPTI_ACTIVITY_KIND_KERNEL", "graphId"),
+                              ("CUPTI_ACTIVITY_KIND_KERNEL", "greenContextId"), ("NVTX_EVENTS", "binaryData"),
+                              ("NVTX_EVENTS", "textId"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyCount")]:
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("ALTER TABLE TARGET_INFO_GPU RENAME COLUMN id TO deviceId")
+        for table in ("ENUM_NSYS_EVENT_TYPE", "ENUM_CUDA_MEMCPY_OPER", "TARGET_INFO_CUDA_DEVICE",
+                      "META_DATA_CAPTURE"):
+            conn.execute(f"DROP TABLE {table}")
+    trace = nsys.load(path)
+    assert trace.capabilities["has_mangled"] is False and trace.capabilities["graph_trace_mode"] is None
+    assert trace.names(trace.kernels["name_id"]).tolist() == ["void k<1>(int)"]
+    assert trace.names(trace.kernels["short_name_id"]).tolist() == ["k"]
+    assert [d.name for d in trace.devices] == ["NVIDIA H200"]
+    assert trace.names(trace.ranges["name_id"]).tolist() == ["step", None]  # its text was registered (textId)
+    assert trace.names(trace.memops["copy_kind_id"]).tolist() == ["DtoH"]

@@ -149,7 +149,7 @@ def _kernels(w: _Writer, rows: Sequence[Row]) -> None:
 def _nvtx(w: _Writer, rows: Sequence[Row]) -> None:
     w.create("NVTX_EVENTS")
     domains: dict[tuple[int, str], int] = {}
-    out = []
+    out: list[Row] = []
     for r in rows:
         start, end, text = r[:3]
         pid = r[3] if len(r) > 3 else DEFAULT_PID
