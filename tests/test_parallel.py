@@ -81,3 +81,12 @@ def test_not_a_trace_keeps_its_error_class(rank_files: list[Path], tmp_path: Pat
 
 def test_empty_list() -> None:
     assert map_files([], classify=False, jobs=4) == []
+
+
+def test_workers_classify_like_the_parent(rank_files: list[Path]) -> None:
+    serial = load_many(rank_files, jobs=1)
+    parallel = load_many(rank_files, jobs=2)
+    assert "bucket_id" in parallel[0].kernels
+    for a, b in zip(serial, parallel, strict=True):
+        assert list(a.names(a.kernels["bucket_id"])) == list(b.names(b.kernels["bucket_id"]))
+    assert "communication" in set(parallel[1].names(parallel[1].kernels["bucket_id"]))
