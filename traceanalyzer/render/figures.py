@@ -81,7 +81,7 @@ def comm_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure:
 
 
 def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-layer rows (one per step × layer) summed per layer: occurrences, comm, exposed, exposed per occurrence.
+    """Per-layer rows (one per step × layer) summed per layer, with the median exposed comm of one occurrence.
 
     Empty when the frame lacks the ``layer`` / ``comm_exposed_ns`` columns.
     """
@@ -89,13 +89,13 @@ def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     named = df.assign(name=df["name"].astype(str) if "name" in df.columns else df["layer"].astype(str))
     sums = {c: (c, "sum") for c in ("comm_ns", "comm_exposed_ns", "compute_ns") if c in df.columns}
-    out = named.groupby("layer", sort=True).agg(name=("name", "first"), occurrences=("name", "size"), **sums)
-    out["exposed_per_occurrence_ns"] = out["comm_exposed_ns"] / out["occurrences"]
+    out = named.groupby("layer", sort=True).agg(name=("name", "first"), occurrences=("name", "size"),
+                                                exposed_median_ns=("comm_exposed_ns", "median"), **sums)
     return out.reset_index()
 
 
 def layer_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
-    """Grouped bars: exposed communication per layer occurrence (≈ per step), per device, in ms."""
+    """Grouped bars: median exposed communication of one layer occurrence (≈ per step), per device, in ms."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -104,14 +104,14 @@ def layer_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure 
         if not len(totals):
             continue
         fig.add_trace(go.Bar(x=[escape(v) for v in totals["name"]],
-                             y=totals["exposed_per_occurrence_ns"].to_numpy(dtype=float) / 1e6,
+                             y=totals["exposed_median_ns"].to_numpy(dtype=float) / 1e6,
                              name=escape(device_label(d.rank, d.device)),
                              hovertemplate="%{x}: %{y:.4f} ms<extra>%{fullData.name}</extra>"))
     if not fig.data:
         return None
     fig.update_layout(**_BASE_LAYOUT, barmode="group", height=340,
                       xaxis={"title": {"text": "layer"}, "type": "category"},
-                      yaxis={"title": {"text": "exposed comm per occurrence, ms"}})
+                      yaxis={"title": {"text": "median exposed comm, ms"}})
     fig.update_layout(margin={"l": 60})
     return fig
 

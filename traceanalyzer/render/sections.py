@@ -175,7 +175,8 @@ def _cell(value: Any, col: str) -> str:
     if _NS_COLUMN.search(col) and isinstance(value, (int, float, np.integer, np.floating)):
         return fmt_ms(value)
     if isinstance(value, (float, np.floating)):
-        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
+        number = float(value)
+        return f"{number:,.0f}" if abs(number) >= 1e5 else f"{number:.4g}"
     return str(value)
 
 
@@ -201,7 +202,7 @@ def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         return None
     df = pd.concat(frames, ignore_index=True)
     return frame_table(df, ["device", "layer", "name", "occurrences", "comm_ns", "comm_exposed_ns", "compute_ns",
-                            "exposed_per_occurrence_ns"])
+                            "exposed_median_ns"])
 
 
 def collective_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
