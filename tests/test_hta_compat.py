@@ -50,6 +50,13 @@ def test_cli_json_and_table(shared_data: Path, capsys: pytest.CaptureFixture[str
     assert "321,378" in out and "20.05" in out
 
 
+def test_nsys_export_is_bad_input(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    export = shared_data / "h200" / "nsys" / "tp2_prefill_serial.sqlite"
+    assert main(["summary", "--hta-compat", str(export)]) == 2
+    err = capsys.readouterr().err
+    assert "tp2_prefill_serial.sqlite" in err and "Kineto" in err
+
+
 def test_missing_file_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", "--hta-compat", str(tmp_path / "nope.json")]) == 2
     assert "nope.json" in capsys.readouterr().err

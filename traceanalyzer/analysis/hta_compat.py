@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ..loaders import ProgressFn, expand_paths, load_one
+from ..errors import BadInputError
+from ..loaders import KINETO, ProgressFn, detect_format, expand_paths, load_one
 from ..trace import Trace
 
 COMM_RE = re.compile(r"^nccl.*Kernel")  # hta.utils.utils.NCCL_KERNEL_RE
@@ -97,6 +98,10 @@ def hta_compat(paths: Sequence[str | Path], progress: ProgressFn | None = None, 
     """Load rank traces (files or directories; ``jobs`` worker processes when > 1) and compute HTA's temporal
     breakdown and overlap per rank."""
     files = expand_paths(list(paths))
+    for f in files:
+        if detect_format(f) != KINETO:
+            raise BadInputError(f, "--hta-compat reads PyTorch profiler (Kineto) traces, HTA's input; "
+                                   "this is an nsys export", "run summary without --hta-compat")
     if jobs > 1 and len(files) > 1:
         from ..parallel import map_files
 
