@@ -75,11 +75,14 @@ def test_gzip_bomb_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert err.count("\n") == 1
 
 
-def test_gzip_limits_follow_the_compressed_size() -> None:
+def test_gzip_limits_follow_the_compressed_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MAX_JSON_BYTES_ENV, raising=False)
     limits = GzipLimits(ratio=50, floor_bytes=1 << 20, hard_cap_bytes=1 << 30)
     assert limits.limit_for(10) == 1 << 20  # the floor keeps small files legal
     assert limits.limit_for(100 << 10) == 50 * (100 << 10)
     assert limits.limit_for(1 << 30) == 1 << 30  # the hard cap bounds memory
+    monkeypatch.setenv(MAX_JSON_BYTES_ENV, str(20 << 30))
+    assert limits.limit_for(10) == 20 << 30  # the user's explicit limit wins
 
 
 def test_concatenated_gzip_members_are_read(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ class GzipLimits:
     """How far a ``.json.gz`` may expand: ``min(hard_cap, max(ratio × compressed size, floor))`` bytes.
 
     Real Kineto traces expand 10–21×; the ratio guards against gzip bombs, the floor keeps small files legal,
-    the hard cap bounds memory. ``TRACEANALYZER_MAX_JSON_BYTES`` overrides the hard cap.
+    the hard cap bounds memory. ``TRACEANALYZER_MAX_JSON_BYTES`` (bytes), when set, is the limit instead.
     """
 
     ratio: int = 50
@@ -37,11 +37,10 @@ class GzipLimits:
     hard_cap_bytes: int = 8 << 30
 
     def limit_for(self, compressed_bytes: int) -> int:
-        cap = self.hard_cap_bytes
-        env = os.environ.get(MAX_JSON_BYTES_ENV)
-        if env and env.strip().isdigit():
-            cap = int(env)
-        return min(cap, max(self.ratio * compressed_bytes, self.floor_bytes))
+        env = os.environ.get(MAX_JSON_BYTES_ENV, "").strip()
+        if env.isdigit():
+            return int(env)
+        return min(self.hard_cap_bytes, max(self.ratio * compressed_bytes, self.floor_bytes))
 
 
 # -- typed event model (only what the loader reads) ----------------------------------------------------------
@@ -183,9 +182,9 @@ def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit:
             raise CorruptFileError(path, f"corrupt gzip data ({exc})") from None
         pending = inflater.unconsumed_tail
         if len(out) > limit:
-            raise CorruptFileError(path, f"decompressed size exceeds {limit:,} bytes ({limit // max(total, 1)}× the "
-                                   f"compressed size): refusing a possible gzip bomb",
-                                   f"set {MAX_JSON_BYTES_ENV} to allow more")
+            raise CorruptFileError(path, f"decompressed size exceeds {limit:,} bytes (from {total:,} compressed "
+                                   "bytes): refusing a possible gzip bomb",
+                                   f"set {MAX_JSON_BYTES_ENV} (bytes) if the trace is genuine")
         if inflater.eof:  # a member ended: another may follow (concatenated gzip)
             pending = inflater.unused_data
             if not pending:
