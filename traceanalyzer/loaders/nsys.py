@@ -70,7 +70,7 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
         return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables))
     except sqlite3.DatabaseError as exc:
         raise CorruptFileError(path, f"cannot read the SQLite database, it is corrupt or truncated ({exc})",
-                            "re-export it with nsys export --type sqlite") from None
+                               "re-export it with nsys export --type sqlite") from None
     finally:
         conn.close()
 
