@@ -1,7 +1,8 @@
 """Reading a Kineto trace file into typed events: bytes (plain or gzip, bomb-guarded) → msgspec Structs.
 
-Only the fields the loader uses are declared; msgspec skips everything else without building objects, which is
-what makes a 379 MB trace decode in about two seconds. Every failure becomes one ``BadInputError`` line.
+Only the fields the loader uses are declared; msgspec skips everything else without building objects (a 377 MB
+trace decodes in ~2.7 s of CPU here, where ``json.loads`` needs ~11 s). Every failure becomes one
+``BadInputError`` line.
 """
 
 from __future__ import annotations
