@@ -202,6 +202,7 @@ def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
     page = written.read_text(encoding="utf-8")
     assert page.count("Timeline of a representative step") == 1
     assert page.count('<h3>rank 0 · GPU 0') == 1 and page.count('<h3>rank 1 · GPU 1') == 1
+    assert str(FIXTURES) not in page and str(tmp_path) not in page  # base names only, no directories
     data_bytes = len(page.encode()) - len(get_plotlyjs().encode())
     assert data_bytes < 1_000_000  # the report's own part stays small
     assert [p.name for p in written.parent.iterdir()] == ["pair.html"]
