@@ -63,7 +63,7 @@ class HtaRank:
         """``part`` as % of kernel time, rounded to 2 decimals like HTA's ``*_pctg`` columns."""
         if part is None or not self.kernel_us:
             return None
-        return round(100 * part / self.kernel_us, 2)
+        return hta_pct(part, self.kernel_us)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -163,7 +163,7 @@ def _rank_numbers(trace: Trace, index: int, filter_steps: bool) -> HtaRank:
     base.kernel_us, base.idle_us, base.compute_us = kernel_us, idle_us, compute_us
     base.non_compute_us = kernel_us - compute_us - idle_us
     base.comm_us = comm_us
-    base.overlap_pct = round(100 * hta_overlap(comm_u, comp) / comm_us, 2) if comm_us else None
+    base.overlap_pct = hta_pct(hta_overlap(comm_u, comp), comm_us) if comm_us else None
     return base
 
 
@@ -210,6 +210,11 @@ def hta_us(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.nda
     ts_f = (s // 1000).astype(np.float64) + (s % 1000) / 1000.0
     dur_f = (e - s).astype(np.float64) / 1000.0
     return np.ceil(ts_f).astype(np.int64), np.floor(ts_f + dur_f).astype(np.int64)
+
+
+def hta_pct(part: int, whole: int) -> float:
+    """``round(100 * (part / whole), 2)`` in the order and with the rounding (numpy's) HTA's pandas code uses."""
+    return float(np.round(100 * np.float64(part / whole), 2))
 
 
 def hta_merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
