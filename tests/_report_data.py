@@ -53,7 +53,8 @@ def _device(trace: Trace, rank: int, hostile: bool) -> DeviceSummary:
     layer = HOSTILE[0] if hostile else "layer_0"
     starts = np.arange(N_STEPS) * STEP_NS
     per_step = pd.DataFrame({"step": np.arange(N_STEPS), "start_ns": starts, "end_ns": starts + STEP_NS,
-                             "comm_exposed_ns": 2000})
+                             "duration_ns": STEP_NS, "busy_ns": 8000, "idle_ns": 2000, "comm_ns": 3000,
+                             "comm_hidden_ns": 1000, "comm_exposed_ns": 2000})
     per_layer = pd.DataFrame({"step": np.arange(N_STEPS), "layer": 0, "name": layer, "start_ns": starts,
                               "end_ns": starts + 8000, "duration_ns": 8000, "comm_ns": 3000,
                               "comm_exposed_ns": 2000, "compute_ns": 6000})

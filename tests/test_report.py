@@ -91,8 +91,8 @@ def test_cdn_page_is_small_and_references_cdn(hostile_page: str, page: str) -> N
 
 def test_figures_cover_the_sections(page: str) -> None:
     ids = [i for i, _ in JSON_BLOCK.findall(page)]
-    # breakdown, comm, 2 timelines, layers, collectives, gap histogram, cross-rank, GPU metrics
-    assert len(ids) == 9
+    # breakdown, comm, steps, 2 timelines, layers, collectives, gap histogram, cross-rank, GPU metrics
+    assert len(ids) == 10
     for fig_id in ids:
         assert f'data-figure="{fig_id.removesuffix("-data")}"' in page
 
@@ -248,3 +248,16 @@ def test_collective_points_are_binned_beyond_the_cap() -> None:
     assert per == 3 and len(x) == 3334 and x[1] == 3 and y[0] == 2 and y[-1] == 9999
     x, y, per = binned_max(values[:10], max_points=4000)
     assert per == 1 and np.array_equal(y, values[:10])
+
+
+def test_method_notes_report_busy_time_outside_steps() -> None:
+    from traceanalyzer.render.sections import method_notes
+
+    traces = make_traces()
+    summary = make_summary(traces)
+    assert method_notes(summary)["excluded"] == []
+    summary.devices[0].per_step = summary.devices[0].per_step.assign(busy_ns=7000)
+    notes = method_notes(summary)
+    assert notes["excluded"] == ["rank 0 · GPU 0: 3.000 µs (12.5 % of busy time) lies outside the 3 steps "
+                                 "(warm-up, profiler flush); per-step figures leave it out, window totals include it."]
+    assert notes["precedence"] is None and notes["sources"][0]["steps"] == "profiler_step"

@@ -80,6 +80,34 @@ def comm_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure:
     return fig
 
 
+def step_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
+    """Per step and device: step duration and exposed communication (ms); None without steps."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    palette = ("#2f6fbf", "#e4572e", "#2a9d8f", "#7b3fb5", "#e9c46a", "#6c757d")
+    for i, d in enumerate(devices):
+        steps = d.per_step
+        if not len(steps) or not {"step", "duration_ns", "comm_exposed_ns"} <= set(steps.columns):
+            continue
+        color = palette[i % len(palette)]
+        label = escape(device_label(d.rank, d.device))
+        x = steps["step"].to_numpy()
+        fig.add_trace(go.Scatter(x=x, y=steps["duration_ns"].to_numpy(dtype=float) / 1e6, mode="lines+markers",
+                                 name=f"{label}: step", line={"color": color},
+                                 hovertemplate="step %{x}: %{y:.3f} ms<extra>%{fullData.name}</extra>"))
+        fig.add_trace(go.Scatter(x=x, y=steps["comm_exposed_ns"].to_numpy(dtype=float) / 1e6,
+                                 mode="lines+markers", name=f"{label}: exposed comm",
+                                 line={"color": color, "dash": "dot"},
+                                 hovertemplate="step %{x}: %{y:.3f} ms<extra>%{fullData.name}</extra>"))
+    if not fig.data:
+        return None
+    fig.update_layout(**_BASE_LAYOUT, height=300, xaxis={"title": {"text": "step"}},
+                      yaxis={"title": {"text": "ms"}, "rangemode": "tozero"})
+    fig.update_layout(margin={"l": 60})
+    return fig
+
+
 def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
     """Per-layer rows (one per step × layer) summed per layer, with the median exposed comm of one occurrence.
 

@@ -138,6 +138,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
         "breakdown_plot": plots.add(figures.breakdown_figure(devices, plot_text)) if devices else None,
         "comm_plot": plots.add(figures.comm_figure(devices, plot_text)) if devices else None,
         "device_table": sections.device_rows(summary),
+        "step_plot": plots.add(figures.step_figure(devices, plot_text)),
         "timelines": _timelines(summary, traces, plots),
         "timelines_omitted": max(len(devices) - MAX_TIMELINES, 0),
         "layer_plot": plots.add(figures.layer_figure(devices, plot_text)),
