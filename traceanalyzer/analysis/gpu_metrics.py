@@ -13,7 +13,7 @@ KEY_METRICS = ("SMs Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth",
                "NVLink RX", "NVLink TX", "PCIe RX", "PCIe TX", "GPC Clock Frequency", "Compute Warps in Flight")
 
 
-def _phase_labels(trace: Trace, device: int, t: np.ndarray) -> np.ndarray:
+def phase_labels(trace: Trace, device: int, t: np.ndarray) -> np.ndarray:
     """What the device ran at each sample time: a bucket name, 'comm_exposed', 'comm_hidden' or 'idle'."""
     k = trace.kernels
     on_dev = k["device"] == device
@@ -39,19 +39,25 @@ def _phase_labels(trace: Trace, device: int, t: np.ndarray) -> np.ndarray:
     return labels
 
 
+def metric_mask(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
+    """Boolean mask of the GPU metric samples whose metric name starts with one of ``prefixes`` (names are
+    matched once per distinct metric id, not per sample: captures hold millions of samples)."""
+    ids = trace.gpu_metrics["metric_id"]
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    hit = np.array([str(name).startswith(prefixes) for name in trace.names(uniq)], dtype=bool)
+    return hit[inverse.ravel()] if len(uniq) else np.zeros(len(ids), dtype=bool)
+
+
 def aggregate_gpu_metrics(trace: Trace) -> pd.DataFrame:
     """Per (device, metric, phase) mean/p50/max of the key metrics over the kernel span.
 
-    ``phase`` is ``all`` (every sample in the span) or what the GPU ran at the sample time (see ``_phase_labels``).
+    ``phase`` is ``all`` (every sample in the span) or what the GPU ran at the sample time (see ``phase_labels``).
     Empty DataFrame when the trace has no samples.
     """
     g = trace.gpu_metrics
     if len(g) == 0 or len(trace.kernels) == 0:
         return pd.DataFrame()
-    names = trace.names(g["metric_id"])
-    keep = np.zeros(len(g), dtype=bool)
-    for prefix in KEY_METRICS:
-        keep |= np.char.startswith(names.astype(str), prefix)
+    keep = metric_mask(trace, KEY_METRICS)
     frames = []
     k = trace.kernels
     for device in np.unique(g["device"][keep]):
@@ -62,8 +68,8 @@ def aggregate_gpu_metrics(trace: Trace) -> pd.DataFrame:
         sel = keep & (g["device"] == device) & (g["timestamp_ns"] >= lo) & (g["timestamp_ns"] < hi)
         if not sel.any():
             continue
-        df = pd.DataFrame({"device": int(device), "metric": names[sel], "value": g["value"][sel],
-                           "phase": _phase_labels(trace, int(device), g["timestamp_ns"][sel])})
+        df = pd.DataFrame({"device": int(device), "metric": trace.names(g["metric_id"][sel]), "value": g["value"][sel],
+                           "phase": phase_labels(trace, int(device), g["timestamp_ns"][sel])})
         both = pd.concat([df.assign(phase="all"), df], ignore_index=True)
         agg = both.groupby(["device", "metric", "phase"], sort=True)["value"].agg(
             mean="mean", p50="median", max="max", samples="size").reset_index()

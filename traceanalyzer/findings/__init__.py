@@ -19,12 +19,12 @@ Rule = Callable[[FindingContext], list[Finding]]
 
 
 def _registry() -> dict[str, Rule]:
-    from . import comm_rules, host_rules, metric_rules
+    from . import comm_rules, fusion_rules, host_rules, metric_rules
 
     return {
         "exposed_communication": comm_rules.exposed_communication,
         "comm_serialized_with_compute": comm_rules.comm_serialized_with_compute,
-        "allreduce_not_fused": comm_rules.allreduce_not_fused,
+        "allreduce_not_fused": fusion_rules.allreduce_not_fused,
         "nccl_small_messages": comm_rules.nccl_small_messages,
         "straggler_wait": comm_rules.straggler_wait,
         "low_comm_bandwidth": comm_rules.low_comm_bandwidth,

@@ -1,17 +1,18 @@
-"""Findings about communication: exposed time, serialization, fusion, message sizes, stragglers, bandwidth."""
+"""Findings about communication: exposed time, serialization on the compute stream, small messages, stragglers,
+bandwidth. The all-reduce fusion rule lives in :mod:`.fusion_rules`."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..analysis.results import DeviceSummary, Finding
-from .context import FindingContext, kernel_mask, ms, severity
+from .context import FindingContext, count_per_step, kinds_text, ms, per_step_median, severity, step_index
 
 #: Collective kinds that are all-reduces (sub-buckets / kinds from the classifier and collectives analysis).
 ALLREDUCE_KINDS = ("allreduce", "all_reduce", "custom_allreduce")
-#: Sub-buckets of kernels a fused all-reduce (+ residual add + RMSNorm (+ quant)) kernel would absorb.
-FUSABLE_SUBBUCKETS = ("norm", "elementwise", "quantize")
 
 #: Peak unidirectional bandwidth per GPU of the scale-up link, GB/s (vendor figures), matched in name order.
 LINK_PEAK_GBPS = (("GB300", 900.0), ("GB200", 900.0), ("B300", 900.0), ("B200", 900.0), ("H200", 450.0),
@@ -19,191 +20,103 @@ LINK_PEAK_GBPS = (("GB300", 900.0), ("GB200", 900.0), ("B300", 900.0), ("B200", 
                   ("A800", 200.0), ("V100", 150.0))
 
 
-def _worst(devs: list[DeviceSummary], key) -> DeviceSummary | None:
-    return max(devs, key=key) if devs else None
+def _best(findings: list[Finding]) -> list[Finding]:
+    """The finding with the largest impact (one finding per rule: the worst device)."""
+    return [max(findings, key=lambda f: f.impact_ns_per_step or 0)] if findings else []
+
+
+def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
+    """Per rank: median per step of its wait inside matched collectives, and of the SM-idle part of that wait."""
+    out: dict[str, dict[str, int]] = {}
+    for dev in ctx.summary.devices:
+        c = ctx.collectives(dev)
+        if not len(c) or ctx.summary.cross_rank is None:
+            continue
+        idx = step_index(dev, c["start_ns"].to_numpy(np.int64))
+        out[str(dev.rank)] = {"wait_ns_per_step": per_step_median(ctx.steps(dev), idx, c["wait_ns"].to_numpy()),
+                              "exposed_wait_ns_per_step": per_step_median(ctx.steps(dev), idx,
+                                                                          c["exposed_wait_ns"].to_numpy())}
+    return out
 
 
 def exposed_communication(ctx: FindingContext) -> list[Finding]:
-    """Share of each step the SMs sit idle while collectives run (exposed communication)."""
-    devs = [d for d in ctx.summary.devices if d.comm_exposed_ns > 0]
-    dev = _worst(devs, lambda d: ctx.pct_of_step(d, d.comm_exposed_per_step_ns or 0) or 0)
-    if dev is None:
-        return []
-    per_step = dev.comm_exposed_per_step_ns or dev.comm_exposed_ns // ctx.steps(dev)
-    pct = ctx.pct_of_step(dev, per_step)
-    if pct is None or pct < ctx.thresholds.exposed_comm_min_pct:
-        return []
-    n_coll = len(dev.collectives) // ctx.steps(dev) if len(dev.collectives) else None
-    return [Finding(
-        id="exposed_communication",
-        title=f"{pct:.0f}% of each step is SM-idle during collectives ({ms(per_step)}/step of exposed "
-              f"communication on rank {dev.rank} GPU {dev.device})",
-        impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
-        recommendation="Overlap communication with independent compute (separate stream, micro-batching), "
-                       "fuse collectives with neighbouring kernels, or use a faster all-reduce.",
-        evidence={"devices": [{"rank": d.rank, "device": d.device, "comm_ns": d.comm_ns,
-                               "comm_exposed_ns": d.comm_exposed_ns, "overlap_pct": d.overlap_pct,
-                               "comm_exposed_per_step_ns": d.comm_exposed_per_step_ns,
-                               "step_ns_median": d.step_ns_median} for d in ctx.summary.devices],
-                  "collectives_per_step": n_coll},
-    )]
+    """Share of each step the SMs sit idle while collectives run (exposed communication), with its split into
+    waiting for another rank and transfer."""
+    found = []
+    waits = _wait_by_rank(ctx)
+    for dev in ctx.summary.devices:
+        per_step = dev.comm_exposed_per_step_ns if dev.comm_exposed_per_step_ns is not None else dev.comm_exposed_ns
+        pct = ctx.pct_of_step(dev, per_step)
+        if not per_step or pct is None or pct < ctx.thresholds.exposed_comm_min_pct:
+            continue
+        counts = count_per_step(ctx, dev, ctx.collectives(dev))
+        wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
+        wait_text = f"; {ms(wait)} of it is waiting for another rank" if wait and wait >= 0.1 * per_step else ""
+        found.append(Finding(
+            id="exposed_communication",
+            title=f"Rank {dev.rank}'s SMs sit idle in collectives for {ms(per_step)} of each step ({pct:.0f}%), "
+                  f"across {kinds_text(counts)} per step{wait_text}",
+            impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
+            recommendation="Overlap communication with independent compute (separate stream, micro-batching), "
+                           "fuse collectives with neighbouring kernels, or use a faster all-reduce; when most of "
+                           "it is waiting, balance the ranks first (see straggler_wait).",
+            evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
+                      "steps": ctx.steps(dev), "step_ns_median": dev.step_ns_median,
+                      "cross_rank_wait_by_rank": waits,
+                      "devices": [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns":
+                                   d.comm_exposed_per_step_ns, "overlap_pct": d.overlap_pct}
+                                  for d in ctx.summary.devices]},
+        ))
+    return _best(found)
+
+
+def _on_compute_stream(dev: DeviceSummary, c: pd.DataFrame) -> pd.DataFrame:
+    return c[c["stream"].isin(dev.compute_streams)] if len(c) else c
 
 
 def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
-    """Collectives launched on the compute stream: they cannot overlap with compute as launched."""
+    """Collectives launched on a compute stream with (almost) no compute beside them: they block the stream.
+
+    Impact: the what-if "communication free" saving when its basis is the GPU (``gpu_transfer`` / ``mixed``) —
+    the exposed transfer time on the critical path, which overlapping would recover; otherwise (host-bound) the
+    median per step of this device's exposed transfer time (exposed time capped at the cross-rank transfer)."""
     t = ctx.thresholds
-    devs = [d for d in ctx.summary.devices if d.comm_serialized_with_compute and d.comm_ns > 0
-            and (d.overlap_pct or 0.0) < t.serialized_overlap_max_pct]
-    if not devs:
-        return []
-    dev = _worst(devs, lambda d: d.comm_exposed_per_step_ns or 0)
-    exposed = int(dev.comm_exposed_per_step_ns or dev.comm_exposed_ns // ctx.steps(dev))
     what_if = ctx.summary.what_if
-    impact, basis = exposed, "exposed communication per step"
-    if what_if.comm_free_step_saving_ns is not None and what_if.basis in ("gpu_transfer", "mixed"):
-        impact, basis = int(what_if.comm_free_step_saving_ns), f"what-if ({what_if.basis})"
-    if not ctx.worth_reporting(dev, impact):
-        return []
-    pct = ctx.pct_of_step(dev, impact)
-    kinds = _kinds_per_step(dev)
-    kinds_text = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "collectives"
-    return [Finding(
-        id="comm_serialized_with_compute",
-        title=f"{kinds_text} per step run on the compute stream with nothing beside them: "
-              f"{ms(impact)}/step ({pct:.0f}%) could be recovered by overlapping",
-        impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
-        recommendation="Launch collectives on a dedicated communication stream and give them independent work "
-                       "to hide behind (micro-batch overlap, async tensor parallelism), or fuse them.",
-        evidence={"impact_basis": basis, "collectives_per_step": kinds,
-                  "devices": [{"rank": d.rank, "device": d.device, "comm_streams": d.comm_streams,
-                               "compute_streams": d.compute_streams, "overlap_pct": d.overlap_pct,
-                               "comm_exposed_per_step_ns": d.comm_exposed_per_step_ns} for d in devs]},
-    )]
-
-
-def _kinds_per_step(dev: DeviceSummary) -> dict[str, int]:
-    c = dev.collectives
-    if not len(c) or "kind" not in c:
-        return {}
-    counts = c["kind"].astype(str).value_counts()
-    steps = max(int(dev.steps or 0), 1)
-    return {str(k): round(v / steps) for k, v in counts.items()}
-
-
-def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
-    """All-reduce followed on its stream by residual-add / RMSNorm (/ quantize) kernels a fused kernel would absorb."""
-    best: Finding | None = None
+    found = []
     for dev in ctx.summary.devices:
-        trace = ctx.trace_of(dev)
-        if trace is None or "subbucket_id" not in trace.kernels:
+        if not dev.comm_serialized_with_compute or (dev.overlap_pct or 0.0) >= t.serialized_overlap_max_pct:
             continue
-        found = _unfused_after_allreduce(trace, dev)
-        if found is None:
+        c = _on_compute_stream(dev, ctx.collectives(dev))
+        if not len(c):
             continue
-        pairs, impact_total, followers = found
-        per_step = impact_total // ctx.steps(dev)
-        if not ctx.worth_reporting(dev, per_step):
+        idx = step_index(dev, c["start_ns"].to_numpy(np.int64))
+        exposed_transfer = per_step_median(ctx.steps(dev), idx, c["exposed_transfer_ns"].to_numpy())
+        impact, basis = exposed_transfer, "exposed transfer time of these collectives (median per step)"
+        if what_if.comm_free_step_saving_ns is not None and what_if.basis in ("gpu_transfer", "mixed"):
+            impact, basis = int(what_if.comm_free_step_saving_ns), f"what-if communication free ({what_if.basis})"
+        if not ctx.worth_reporting(dev, impact):
             continue
-        pct = ctx.pct_of_step(dev, per_step)
-        finding = Finding(
-            id="allreduce_not_fused",
-            title=f"{pairs // ctx.steps(dev)} all-reduces per step are followed by separate add/RMSNorm kernels "
-                  f"({ms(per_step)}/step incl. launch gaps) that an all-reduce+RMSNorm fusion would absorb",
-            impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
-            recommendation="Enable the fused all-reduce + residual + RMSNorm (+quant) kernel (e.g. FlashInfer / "
-                           "TRT-LLM allreduce_fusion, vLLM's AllReduceFusionPass) for this GPU and world size.",
-            evidence={"rank": dev.rank, "device": dev.device, "pairs": pairs,
-                      "following_kernels": followers},
-        )
-        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
-            best = finding
-    return [best] if best else []
-
-
-def _unfused_after_allreduce(trace, dev: DeviceSummary) -> tuple[int, int, dict[str, int]] | None:
-    """(number of all-reduces followed by fusable kernels, ns from all-reduce end to the last fusable end,
-    names of those kernels with counts), per stream in start order."""
-    k = trace.kernels
-    mask = kernel_mask(trace, dev)
-    if not mask.any():
-        return None
-    idx = np.flatnonzero(mask)
-    idx = idx[np.lexsort((k["start_ns"][idx], k["stream"][idx]))]
-    sub = trace.names(k["subbucket_id"][idx]).astype(str)
-    bucket = trace.names(k["bucket_id"][idx]).astype(str)
-    stream = k["stream"][idx]
-    is_ar = (bucket == "communication") & np.isin(sub, ALLREDUCE_KINDS)
-    fusable = (bucket == "other") & np.isin(sub, FUSABLE_SUBBUCKETS)
-    total, pairs, names = 0, 0, pd.Series(dtype=int)
-    ar_pos = np.flatnonzero(is_ar)
-    if not len(ar_pos):
-        return None
-    end_ns = k["end_ns"][idx]
-    chain_end = np.full(len(ar_pos), -1, dtype=np.int64)
-    followers: list[np.ndarray] = []
-    for offset in (1, 2, 3):  # a fused kernel absorbs up to add + norm + quant
-        nxt = ar_pos + offset
-        ok = nxt < len(idx)
-        ok[ok] &= (stream[nxt[ok]] == stream[ar_pos[ok]]) & fusable[nxt[ok]]
-        if offset > 1:
-            ok &= chain_end >= 0  # the chain must be unbroken
-        chain_end = np.where(ok, end_ns[np.clip(nxt, 0, len(idx) - 1)], chain_end if offset > 1 else -1)
-        followers.append(idx[nxt[ok]])
-        if offset == 1:
-            first_ok = ok.copy()
-    if not first_ok.any():
-        return None
-    pairs = int(first_ok.sum())
-    total = int((chain_end[first_ok] - end_ns[ar_pos[first_ok]]).sum())
-    all_followers = np.concatenate(followers)
-    names = pd.Series(trace.names(k["name_id"][all_followers]).astype(str)).value_counts().head(5)
-    return pairs, total, {str(n): int(c) for n, c in names.items()}
-
-
-def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
-    """NCCL all-reduces of small messages, where a one-shot / custom all-reduce is the usual choice."""
-    t = ctx.thresholds
-    best: Finding | None = None
-    for dev in ctx.summary.devices:
-        c = dev.collectives
-        if not len(c) or "bytes" not in c or "kind" not in c:
-            continue
-        names = c["name"].astype(str) if "name" in c else pd.Series([""] * len(c))
-        small = (c["kind"].astype(str).isin(ALLREDUCE_KINDS) & names.str.contains("nccl", case=False)
-                 & (c["bytes"] > 0) & (c["bytes"] <= t.small_message_max_bytes)).to_numpy()
-        if not small.any():
-            continue
-        dur = c["duration_ns"].to_numpy()[small]
-        nbytes = c["bytes"].to_numpy()[small]
-        peak = link_peak_gbps(dev.name)
-        oneshot = t.oneshot_latency_ns + (nbytes / (peak * 1e9) * 1e9 if peak else 0)
-        # Transfer part only: waiting for a peer is not removed by a faster algorithm.
-        transfer = np.minimum(dur, _transfer_estimate(c, small))
-        saving = np.clip(transfer - oneshot, 0, None).sum() // ctx.steps(dev)
-        if not ctx.worth_reporting(dev, saving):
-            continue
-        pct = ctx.pct_of_step(dev, saving)
-        finding = Finding(
-            id="nccl_small_messages",
-            title=f"NCCL all-reduce used for {int(small.sum()) // ctx.steps(dev)} small messages per step "
-                  f"(median {int(np.median(nbytes)) // 1024} KiB) where a one-shot all-reduce would fit: "
-                  f"about {ms(saving)}/step",
-            impact_ns_per_step=int(saving), impact_pct_of_step=pct, severity=severity(pct),
-            recommendation="Use a custom / one-shot all-reduce for small messages (vLLM custom all-reduce, "
-                           "FlashInfer/TRT-LLM Lamport one-shot, NCCL symmetric memory kernels).",
-            evidence={"rank": dev.rank, "device": dev.device, "messages": int(small.sum()),
-                      "median_bytes": int(np.median(nbytes)), "median_duration_ns": int(np.median(dur)),
-                      "model": f"one-shot ≈ {t.oneshot_latency_ns} ns + bytes / link peak ({peak} GB/s)"},
-        )
-        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
-            best = finding
-    return [best] if best else []
-
-
-def _transfer_estimate(c: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
-    """Per-collective transfer time: the cross-rank shortest duration when known, else the duration."""
-    col = "transfer_ns" if "transfer_ns" in c else "duration_ns"
-    return c[col].to_numpy()[mask].astype(np.int64)
+        pct = ctx.pct_of_step(dev, impact)
+        counts = count_per_step(ctx, dev, c)
+        streams = sorted({int(s) for s in c["stream"]})
+        names = c["name"].astype(str).value_counts().head(3)
+        short = ", ".join(dict.fromkeys(str(n).split("(")[0].split("<")[0] for n in names.index))
+        found.append(Finding(
+            id="comm_serialized_with_compute",
+            title=f"{kinds_text(counts)} per step ({short}) run on the compute stream "
+                  f"({'stream' if len(streams) == 1 else 'streams'} {', '.join(map(str, streams))}) with no compute "
+                  f"beside them: {ms(impact)}/step ({pct:.0f}%) that overlapping could recover",
+            impact_ns_per_step=int(impact), impact_pct_of_step=pct, severity=severity(pct),
+            recommendation="Launch collectives on a dedicated communication stream and give them independent work "
+                           "to hide behind (micro-batch overlap, async tensor parallelism), or fuse them.",
+            evidence={"rank": dev.rank, "device": dev.device, "impact_basis": basis,
+                      "collectives_per_step": counts, "kernels": {str(n): int(k) for n, k in names.items()},
+                      "streams": streams, "compute_streams": dev.compute_streams,
+                      "overlap_pct": dev.overlap_pct, "exposed_transfer_ns_per_step": exposed_transfer,
+                      "comm_exposed_per_step_ns": dev.comm_exposed_per_step_ns, "steps": ctx.steps(dev),
+                      "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis},
+        ))
+    return _best(found)
 
 
 def link_peak_gbps(gpu_name: str | None) -> float | None:
@@ -216,72 +129,129 @@ def link_peak_gbps(gpu_name: str | None) -> float | None:
     return None
 
 
-def straggler_wait(ctx: FindingContext) -> list[Finding]:
-    """Ranks waiting inside collectives for a slower rank."""
-    cr = ctx.summary.cross_rank
-    if cr is None or not cr.wait_ns_by_rank:
-        return []
-    devs = {d.rank: d for d in ctx.summary.devices}
-    any_dev = next(iter(ctx.summary.devices), None)
-    if any_dev is None:
-        return []
-    steps = max((ctx.steps(d) for d in ctx.summary.devices), default=1)
-    per_step = {int(r): int(w) // steps for r, w in cr.wait_ns_by_rank.items()}
-    waiting_rank = max(per_step, key=per_step.get)
-    dev = devs.get(waiting_rank, any_dev)
-    wait = per_step[waiting_rank]
-    pct = ctx.pct_of_step(dev, wait)
-    if pct is None or pct < ctx.thresholds.straggler_wait_min_pct:
-        return []
-    straggler = cr.straggler_rank
-    who = f"rank {straggler}" if straggler is not None else "a slower rank"
-    return [Finding(
-        id="straggler_wait",
-        title=f"Rank {waiting_rank} waits {ms(wait)}/step ({pct:.0f}%) inside collectives for {who}",
-        impact_ns_per_step=wait, impact_pct_of_step=pct, severity=severity(pct),
-        recommendation="Balance the work before the collectives (load imbalance, host-side delays on the "
-                       "straggler: data loading, Python overhead, launch queue).",
-        evidence={"wait_ns_per_step_by_rank": {str(r): w for r, w in per_step.items()},
-                  "straggler_rank": straggler, "collectives_matched": cr.collectives_matched,
-                  "match_method": cr.match_method},
-    )]
+def _saving_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame, ideal_ns: np.ndarray) -> int:
+    """Median per step of Σ min(exposed transfer, transfer − ideal): SM-idle time a faster transfer removes."""
+    gain = np.clip(np.minimum(c["exposed_transfer_ns"].to_numpy(np.float64),
+                              c["transfer_ns"].to_numpy(np.float64) - ideal_ns), 0, None)
+    return per_step_median(ctx.steps(dev), step_index(dev, c["start_ns"].to_numpy(np.int64)), gain)
 
 
-def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
-    """Collectives whose bus bandwidth is far below the link's peak (sizes known, large messages)."""
+def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
+    """NCCL all-reduces of small messages, where a one-shot / custom all-reduce is the usual choice."""
     t = ctx.thresholds
-    best: Finding | None = None
+    found = []
     for dev in ctx.summary.devices:
-        c = dev.collectives
+        c = ctx.collectives(dev)
+        if not len(c):
+            continue
+        small = c[c["kind"].astype(str).isin(ALLREDUCE_KINDS) & c["name"].astype(str).str.contains("nccl", case=False)
+                  & (c["bytes"] > 0) & (c["bytes"] <= t.small_message_max_bytes)]
+        if not len(small):
+            continue
+        nbytes = small["bytes"].to_numpy(np.float64)
         peak = link_peak_gbps(dev.name)
-        if peak is None or not len(c) or "bytes" not in c or "kind" not in c:
-            continue
-        big = (c["bytes"] >= t.bandwidth_min_bytes).to_numpy()
-        if not big.any():
-            continue
-        n = int(c["group_size"].max()) if "group_size" in c and c["group_size"].max() > 1 else 2
-        nbytes = c["bytes"].to_numpy()[big].astype(float)
-        transfer = _transfer_estimate(c, big).astype(float)
-        factor = np.where(c["kind"].astype(str).to_numpy()[big] == "allreduce", 2 * (n - 1) / n, (n - 1) / n)
-        busbw = nbytes * factor / np.maximum(transfer, 1)  # bytes/ns == GB/s
-        median_bw = float(np.median(busbw))
-        if median_bw >= t.bandwidth_min_fraction * peak:
-            continue
-        ideal = nbytes * factor / peak
-        saving = int(np.clip(transfer - ideal, 0, None).sum()) // ctx.steps(dev)
+        oneshot = t.oneshot_latency_ns + (nbytes / peak if peak else np.zeros(len(nbytes)))  # bytes/(GB/s) = ns
+        saving = _saving_per_step(ctx, dev, small, oneshot)
         if not ctx.worth_reporting(dev, saving):
             continue
         pct = ctx.pct_of_step(dev, saving)
-        finding = Finding(
-            id="low_comm_bandwidth",
-            title=f"Collectives reach {median_bw:.0f} GB/s bus bandwidth, {100 * median_bw / peak:.0f}% of the "
-                  f"{peak:.0f} GB/s link peak ({ms(saving)}/step above the peak-bandwidth time)",
-            impact_ns_per_step=saving, impact_pct_of_step=pct, severity=severity(pct),
-            recommendation="Check the transport (P2P/NVLink enabled? NCCL_P2P_DISABLE, PCIe through host "
-                           "memory), NCCL algorithm/protocol and channel count.",
-            evidence={"rank": dev.rank, "device": dev.device, "messages": int(big.sum()),
-                      "median_busbw_gbps": median_bw, "link_peak_gbps": peak, "group_size": n},
-        )
-        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
-            best = finding
-    return [best] if best else []
+        per_step = count_per_step(ctx, dev, small)
+        found.append(Finding(
+            id="nccl_small_messages",
+            title=f"{kinds_text(per_step)} per step of small messages (median {int(np.median(nbytes)) // 1024} KiB, "
+                  f"{ms(float(small['transfer_ns'].median()))} each) go through NCCL where a one-shot all-reduce "
+                  f"takes ~{ms(float(np.median(oneshot)))}: about {ms(saving)}/step",
+            impact_ns_per_step=int(saving), impact_pct_of_step=pct, severity=severity(pct),
+            recommendation="Use a custom / one-shot all-reduce for small messages (vLLM custom all-reduce, "
+                           "FlashInfer/TRT-LLM Lamport one-shot, NCCL symmetric memory kernels).",
+            evidence={"rank": dev.rank, "device": dev.device, "messages_per_step": per_step,
+                      "median_bytes": int(np.median(nbytes)),
+                      "median_transfer_ns": int(small["transfer_ns"].median()),
+                      "median_duration_ns": int(small["duration_ns"].median()),
+                      "model": f"one-shot ≈ {t.oneshot_latency_ns} ns + bytes / link peak ({peak} GB/s); saving = "
+                               "min(exposed transfer, transfer − one-shot) per message"},
+        ))
+    return _best(found)
+
+
+def straggler_wait(ctx: FindingContext) -> list[Finding]:
+    """Ranks idling inside collectives while they wait for a slower rank (the SM-idle part of the wait)."""
+    cr = ctx.summary.cross_rank
+    waits = _wait_by_rank(ctx)
+    if cr is None or len(waits) < 2:
+        return []
+    devs = {str(d.rank): d for d in ctx.summary.devices}
+    waiting = max(waits, key=lambda r: waits[r]["exposed_wait_ns_per_step"])
+    waited_for = min((r for r in waits if r != waiting), key=lambda r: waits[r]["wait_ns_per_step"])
+    dev = devs[waiting]
+    wait = waits[waiting]["exposed_wait_ns_per_step"]
+    pct = ctx.pct_of_step(dev, wait)
+    if pct is None or pct < ctx.thresholds.straggler_wait_min_pct:
+        return []
+    arrivals = cr.per_collective["last_arrival_rank"] if "last_arrival_rank" in cr.per_collective else pd.Series()
+    last = int((arrivals.astype(str) == waited_for).sum()) if len(arrivals) and (arrivals >= 0).any() else None
+    arrival_text = f", which arrives last at {last} of {len(arrivals)} collectives" if last else ""
+    return [Finding(
+        id="straggler_wait",
+        title=f"Rank {waiting} idles {ms(wait)}/step ({pct:.0f}%) inside collectives waiting for rank "
+              f"{waited_for}{arrival_text}",
+        impact_ns_per_step=int(wait), impact_pct_of_step=pct, severity=severity(pct),
+        recommendation="Balance the work before the collectives (load imbalance, host-side delays on the slower "
+                       "rank: Python overhead, launch queue, data loading, CPU contention).",
+        evidence={"wait_by_rank": waits, "waiting_rank": int(waiting), "waited_for_rank": int(waited_for),
+                  "straggler_rank": cr.straggler_rank, "collectives_matched": cr.collectives_matched,
+                  "match_method": cr.match_method, "last_arrival_counts": _arrival_counts(arrivals)},
+    )]
+
+
+def _arrival_counts(arrivals: pd.Series) -> dict[str, int]:
+    if not len(arrivals):
+        return {}
+    counts = arrivals[arrivals >= 0].value_counts()
+    return {str(k): int(v) for k, v in counts.items()}
+
+
+def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
+    """Large collectives whose bus bandwidth (from the cross-rank transfer time) is far below the link peak."""
+    t = ctx.thresholds
+    found = []
+    for dev in ctx.summary.devices:
+        c = ctx.collectives(dev)
+        peak = link_peak_gbps(dev.name)
+        if peak is None or not len(c):
+            continue
+        big = c[c["bytes"] >= t.bandwidth_min_bytes]
+        if not len(big):
+            continue
+        n = int(big["group_size"].max()) if big["group_size"].max() > 1 else 2
+        nbytes = big["bytes"].to_numpy(np.float64)
+        kinds = big["kind"].astype(str).to_numpy()
+        factor = np.where(np.isin(kinds, ALLREDUCE_KINDS), 2 * (n - 1) / n, (n - 1) / n)
+        busbw = nbytes * factor / np.maximum(big["transfer_ns"].to_numpy(np.float64), 1)  # bytes/ns == GB/s
+        median_bw = float(np.median(busbw))
+        if median_bw >= t.bandwidth_min_fraction * peak:
+            continue
+        saving = _saving_per_step(ctx, dev, big, nbytes * factor / peak)
+        if not ctx.worth_reporting(dev, saving):
+            continue
+        pct = ctx.pct_of_step(dev, saving)
+        found.append(_bandwidth_finding(dev, big, median_bw, peak, n, saving, pct, count_per_step(ctx, dev, big)))
+    return _best(found)
+
+
+def _bandwidth_finding(dev: DeviceSummary, big: pd.DataFrame, median_bw: float, peak: float, n: int, saving: int,
+                       pct: float | None, per_step: dict[str, int]) -> Finding:
+    evidence: dict[str, Any] = {
+        "rank": dev.rank, "device": dev.device, "messages_per_step": per_step,
+        "median_bytes": int(big["bytes"].median()), "median_transfer_ns": int(big["transfer_ns"].median()),
+        "median_busbw_gbps": round(median_bw, 1), "link_peak_gbps": peak, "group_size": n,
+        "model": "saving = min(exposed transfer, transfer − bytes·busfactor / link peak) per message"}
+    return Finding(
+        id="low_comm_bandwidth",
+        title=f"{kinds_text(per_step)} per step of {int(big['bytes'].median()) >> 20} MiB reach "
+              f"{median_bw:.0f} GB/s bus bandwidth, {100 * median_bw / peak:.0f}% of the {peak:.0f} GB/s link "
+              f"peak: {ms(saving)}/step of exposed transfer above the peak-bandwidth time",
+        impact_ns_per_step=int(saving), impact_pct_of_step=pct, severity=severity(pct),
+        recommendation="Check the transport (P2P/NVLink enabled? NCCL_P2P_DISABLE, PCIe through host memory), "
+                       "NCCL algorithm/protocol and channel count; with overlap, SM contention slows NCCL too.",
+        evidence=evidence)

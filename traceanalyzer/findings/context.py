@@ -1,4 +1,10 @@
-"""What every finding rule sees: the traces, the summary, thresholds, and small shared helpers."""
+"""What every finding rule sees: the traces, the summary, thresholds, and per-step helpers.
+
+Rules quantify impact **per step, restricted to the detected step windows** (``DeviceSummary.per_step``), so a
+warm-up, NCCL initialisation or autotuning phase captured in the same file (nsys exports hold the whole run) never
+counts. Per-step quantities are the **median over steps** of the per-step sum (as ``comm_exposed_per_step_ns``),
+unless a rule says otherwise.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +12,27 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import pandas as pd
 
+from ..analysis import intervals as iv
 from ..analysis.results import DeviceSummary, Summary
 from ..trace import Trace
 
 
 @dataclass(frozen=True)
 class FindingThresholds:
-    """When rules fire. Percentages are of the median step time of the device."""
+    """When rules fire. Percentages are of the device's median step time unless said otherwise."""
 
     exposed_comm_min_pct: float = 5.0  # exposed communication worth reporting
     serialized_overlap_max_pct: float = 5.0  # "serialized": comm shares the compute stream and hides < this
     small_message_max_bytes: int = 1 << 20  # one-shot / custom all-reduce territory
     oneshot_latency_ns: int = 8_000  # fixed cost assumed for a one-shot all-reduce on NVLink
-    straggler_wait_min_pct: float = 5.0  # per-step wait on a slower rank worth reporting
+    straggler_wait_min_pct: float = 5.0  # per-step exposed wait on a slower rank worth reporting
     host_bound_idle_min_pct: float = 30.0  # GPU idle share of the step that suggests host-bound
     host_bound_kernel_max_ns: int = 50_000  # median kernel shorter than this: launch cost matters
+    graph_launched_max_fraction: float = 0.5  # above this share of kernels from CUDA graphs: graphs are in use
     long_gap_min_ns: int = 1_000_000  # idle gaps this long get their host-side cause looked up
-    tensor_active_min_pct: float = 30.0  # Tensor Active below this during GEMM phases is low
+    tensor_active_min_pct: float = 50.0  # Tensor Active below this while GEMM kernels run is low
     bandwidth_min_fraction: float = 0.25  # bus bandwidth below this fraction of the link peak is low
     bandwidth_min_bytes: int = 1 << 20  # only messages at least this large are bandwidth-bound
     power_min_pct_of_limit: float = 50.0  # mean power below this share of the limit is reported
@@ -48,7 +57,8 @@ class FindingContext:
 
     @staticmethod
     def steps(dev: DeviceSummary) -> int:
-        return max(int(dev.steps or 0), 1)
+        """Number of step windows (1 when none was found: the whole span is then one window)."""
+        return max(len(dev.per_step), 1)
 
     @staticmethod
     def step_ns(dev: DeviceSummary) -> int:
@@ -63,14 +73,92 @@ class FindingContext:
         pct = self.pct_of_step(dev, ns)
         return pct is not None and pct >= self.thresholds.min_impact_pct
 
+    def collectives(self, dev: DeviceSummary) -> pd.DataFrame:
+        """The device's collective instances inside step windows, with cross-rank ``transfer_ns`` and this
+        rank's ``wait_ns`` where matched (else transfer = duration, wait = 0) and ``exposed_transfer_ns`` =
+        min(exposed, transfer): the SM-idle time of the instance that is not waiting for another rank."""
+        c = dev.collectives
+        if not len(c):
+            return c
+        c = c[c["step"] >= 0] if len(dev.per_step) else c.assign(step=0)
+        c = c.reset_index(drop=True)
+        transfer = c["duration_ns"].to_numpy(np.int64).copy()
+        wait = np.zeros(len(c), dtype=np.int64)
+        cr = self.summary.cross_rank
+        col = f"start_ns_r{dev.rank}"
+        if cr is not None and len(cr.per_collective) and col in cr.per_collective and len(c):
+            per = cr.per_collective.drop_duplicates(col).set_index(col)
+            hit = c["start_ns"].isin(per.index).to_numpy()
+            rows = per.loc[c["start_ns"][hit]]
+            transfer[hit] = rows["transfer_ns"].to_numpy(np.int64)
+            wait[hit] = rows[f"wait_ns_r{dev.rank}"].to_numpy(np.int64)
+        exposed = c["exposed_ns"].to_numpy(np.int64)
+        return c.assign(transfer_ns=transfer, wait_ns=wait, exposed_transfer_ns=np.minimum(exposed, transfer),
+                        exposed_wait_ns=np.minimum(exposed, wait))
 
-def kernel_mask(trace: Trace, dev: DeviceSummary) -> np.ndarray:
-    """Boolean mask of the kernels of one (rank, device)."""
+
+def step_windows(dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the device's step windows; the whole activity window when no step was found."""
+    ps = dev.per_step
+    if len(ps):
+        return ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64)
+    lo, hi = dev.extra.get("window_ns", (0, dev.span_ns))
+    return np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)
+
+
+def step_index(dev: DeviceSummary, times: np.ndarray) -> np.ndarray:
+    """Index (0-based, into ``step_windows``) of the step window holding each time, -1 outside every step."""
+    ws, we = step_windows(dev)
+    order = np.argsort(ws, kind="stable")
+    found = iv.window_of(times, ws[order], we[order])
+    return np.where(found >= 0, order[np.maximum(found, 0)], -1)
+
+
+def per_step_median(n_steps: int, step_idx: np.ndarray, values: np.ndarray) -> int:
+    """Median over ``n_steps`` steps of the per-step sum of ``values`` (steps without any row count as 0);
+    rows with a negative step index are ignored."""
+    ok = step_idx >= 0
+    sums = np.bincount(step_idx[ok], weights=np.asarray(values, dtype=np.float64)[ok], minlength=n_steps)
+    return int(np.median(sums)) if len(sums) else 0
+
+
+def count_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame) -> dict[str, int]:
+    """Median number of instances per step, by collective kind (``c`` from :meth:`FindingContext.collectives`)."""
+    if not len(c):
+        return {}
+    idx = step_index(dev, c["start_ns"].to_numpy(np.int64))
+    kinds = c["kind"].astype(str).to_numpy()
+    return {str(k): per_step_median(ctx.steps(dev), idx[kinds == k], np.ones(int((kinds == k).sum())))
+            for k in pd.unique(kinds)}
+
+
+def kernel_mask(trace: Trace, dev: DeviceSummary, *, in_steps: bool = False) -> np.ndarray:
+    """Boolean mask of the kernels of one (rank, device); only those starting inside a step with ``in_steps``."""
     k = trace.kernels
     mask = k["device"] == dev.device
     if dev.rank >= 0:
         mask &= k["rank"] == dev.rank
+    if in_steps and mask.any():
+        idx = np.flatnonzero(mask)
+        mask[idx[step_index(dev, k["start_ns"][idx]) < 0]] = False
     return mask
+
+
+#: Plural, human names of collective kinds for titles.
+KIND_NAMES = {"allreduce": "all-reduces", "custom_allreduce": "custom all-reduces",
+              "allreduce_fusion": "fused all-reduces", "allgather": "all-gathers", "reducescatter": "reduce-scatters",
+              "alltoall": "all-to-alls", "sendrecv": "send/recv", "broadcast": "broadcasts", "reduce": "reduces"}
+
+
+def _plural(kind: str, n: int) -> str:
+    name = KIND_NAMES.get(kind, kind)
+    return name[:-1] if n == 1 and name.endswith("s") else name
+
+
+def kinds_text(counts: dict[str, int]) -> str:
+    """'16 all-reduces', '2 send/recv + 1 all-gather' — for titles."""
+    parts = [f"{n} {_plural(k, n)}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n]
+    return " + ".join(parts) or "collectives"
 
 
 def severity(pct: float | None) -> str:

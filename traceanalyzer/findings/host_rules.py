@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis.intervals import union
+from ..analysis.intervals import clip_to_windows, union
 from ..analysis.results import DeviceSummary, Finding
 from ..trace import Trace
-from .context import FindingContext, kernel_mask, ms, severity
+from .context import FindingContext, kernel_mask, ms, per_step_median, severity, step_index, step_windows
 
 _GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 _HOST_BLOCKING = re.compile(r"Synchronize|^cudaMemcpy(?!.*Async)|^cuMemcpy(?!.*Async)|cudaMalloc|cudaFree|"
@@ -56,39 +56,41 @@ def _pid_of(trace: Trace, dev: DeviceSummary) -> int:
 
 
 def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
-    """GPU idle between short kernels while the host launches them one by one (no CUDA graphs)."""
+    """GPU idle between short kernels while the host launches them one by one (no CUDA graphs).
+
+    Impact: the median per-step GPU idle time — an upper bound of what CUDA graphs recover (they remove launch
+    gaps, not host work the GPU really waits for)."""
     t = ctx.thresholds
-    best: Finding | None = None
+    found = []
     for dev in ctx.summary.devices:
         trace = ctx.trace_of(dev)
         if trace is None or dev.span_ns <= 0:
             continue
         idle_per_step, idle_pct = _idle_per_step(ctx, dev)
         k = trace.kernels
-        mask = kernel_mask(trace, dev)
+        mask = kernel_mask(trace, dev, in_steps=True)
         durations = (k["end_ns"] - k["start_ns"])[mask]
         median_kernel = int(np.median(durations)) if len(durations) else 0
         graphs = graph_launched_fraction(trace, dev)
-        if idle_pct < t.host_bound_idle_min_pct or median_kernel > t.host_bound_kernel_max_ns or graphs > 0.5:
+        if (idle_pct < t.host_bound_idle_min_pct or median_kernel > t.host_bound_kernel_max_ns
+                or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
             continue
-        if not ctx.worth_reporting(dev, idle_per_step):
-            continue
-        kernels_per_step = int(mask.sum()) // ctx.steps(dev)
-        finding = Finding(
+        kernels_per_step = per_step_median(ctx.steps(dev), step_index(dev, k["start_ns"][mask]),
+                                           np.ones(int(mask.sum())))
+        found.append(Finding(
             id="host_bound_no_cuda_graphs",
-            title=f"GPU is host-bound: idle {idle_pct:.0f}% of each step between {kernels_per_step} short kernels "
-                  f"(median {ms(median_kernel)}) launched one by one without CUDA graphs",
+            title=f"GPU is host-bound on rank {dev.rank}: idle {ms(idle_per_step)} ({idle_pct:.0f}%) of each step "
+                  f"between {kernels_per_step} short kernels (median {ms(median_kernel)}) launched one by one "
+                  "without CUDA graphs",
             impact_ns_per_step=int(idle_per_step), impact_pct_of_step=idle_pct, severity=severity(idle_pct),
             recommendation="Capture the step in CUDA graphs (torch.cuda.graphs / torch.compile mode="
                            "'reduce-overhead', vLLM/SGLang cuda graph capture), fuse small kernels, cut Python "
                            "overhead on the launch path.",
-            evidence={"rank": dev.rank, "device": dev.device, "idle_pct_of_step": idle_pct,
+            evidence={"rank": dev.rank, "device": dev.device, "idle_pct_of_step": round(idle_pct, 1),
                       "kernels_per_step": kernels_per_step, "median_kernel_ns": median_kernel,
-                      "graph_launched_fraction": graphs},
-        )
-        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
-            best = finding
-    return [best] if best else []
+                      "graph_launched_fraction": round(graphs, 3), "steps": ctx.steps(dev)},
+        ))
+    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
 
 
 def _idle_per_step(ctx: FindingContext, dev: DeviceSummary) -> tuple[int, float]:
@@ -103,13 +105,17 @@ def _idle_per_step(ctx: FindingContext, dev: DeviceSummary) -> tuple[int, float]
 
 
 def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
-    """Long GPU idle gaps during which the host was blocked in a synchronization / blocking API call."""
-    best: Finding | None = None
+    """Long GPU idle gaps inside steps during which the host was blocked in a synchronization / blocking call.
+
+    Impact: the gap time inside step windows, summed over the steps and divided by their number (mean per step:
+    a host sync may hit only some steps)."""
+    found = []
+    min_gap = ctx.thresholds.long_gap_min_ns
     for dev in ctx.summary.devices:
         trace = ctx.trace_of(dev)
         if trace is None:
             continue
-        result = _gaps_with_cause(trace, dev, ctx.thresholds.long_gap_min_ns)
+        result = _gaps_with_cause(trace, dev, min_gap)
         if result is None:
             continue
         total, count, causes = result
@@ -118,23 +124,22 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
             continue
         pct = ctx.pct_of_step(dev, per_step)
         top = ", ".join(list(causes)[:3])
-        finding = Finding(
+        found.append(Finding(
             id="idle_gaps_host_cause",
-            title=f"{count} GPU idle gaps ≥ {ms(ctx.thresholds.long_gap_min_ns)} ({ms(per_step)}/step) while the "
-                  f"host was blocked in {top}",
+            title=f"{count} GPU idle gaps ≥ {ms(min_gap)} in {ctx.steps(dev)} steps on rank {dev.rank} "
+                  f"({ms(per_step)}/step, {pct:.0f}%) while the host was blocked in {top}",
             impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
             recommendation="Remove host synchronizations from the step (.item(), .cpu(), blocking copies, "
                            "allocator calls); use pinned memory and non_blocking copies.",
             evidence={"rank": dev.rank, "device": dev.device, "gaps": count, "gap_ns_total": total,
-                      "host_calls": causes},
-        )
-        if best is None or (finding.impact_ns_per_step or 0) > (best.impact_ns_per_step or 0):
-            best = finding
-    return [best] if best else []
+                      "steps": ctx.steps(dev), "host_calls": causes},
+        ))
+    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
 
 
 def _gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple[int, int, dict[str, int]] | None:
-    """Total ns and count of long idle gaps overlapped by a blocking host call of the same process."""
+    """Total ns and count of long idle gaps (inside step windows) overlapped by a blocking host call of the same
+    process, with the names of those calls."""
     k, m = trace.kernels, trace.memops
     kmask = kernel_mask(trace, dev)
     mmask = m["device"] == dev.device
@@ -144,7 +149,9 @@ def _gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple
                  np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
     if len(s) < 2:
         return None
-    gap_start, gap_end = e[:-1], s[1:]
+    ws, we = step_windows(dev)
+    order = np.argsort(ws, kind="stable")
+    gap_start, gap_end, _, _ = clip_to_windows(e[:-1], s[1:], ws[order], we[order])  # only time inside steps
     long_gap = (gap_end - gap_start) >= min_gap_ns
     if not long_gap.any():
         return None
