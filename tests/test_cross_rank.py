@@ -62,6 +62,9 @@ def test_step_matching_transfer_wait_and_straggler() -> None:
     assert per["algbw_gbps"].tolist() == [10_000.0, 10_000.0]
     assert per["busbw_gbps"].tolist() == [10_000.0, 10_000.0]
     assert cr.extra["clock_comparable"] is True
+    # start gaps fully explained by waits: no apparent clock offset, arrivals agree with least wait
+    assert cr.extra["clock_offset_ns_by_rank"] == {"1": 0}
+    assert cr.extra["arrival_agrees_with_least_wait_pct"] == 100.0
 
 
 def test_windows_starting_on_different_steps_match_by_step_number() -> None:

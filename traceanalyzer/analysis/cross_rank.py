@@ -140,6 +140,8 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
     for dev, f in zip(devices, frames, strict=True):
         values = ["step", "bytes", "group_size", "start_ns", "clock_ns", "duration_ns"]
         cols = pd.concat([f[keys], f[values].rename(columns={v: f"{v}_r{dev.rank}" for v in values})], axis=1)
+        if wide is None:  # the first rank's sequence numbers and ordinals, for reading the table
+            cols = pd.concat([cols, f[[c for c in ("seq", "ordinal", "step_ordinal") if c not in keys]]], axis=1)
         cols = cols.drop_duplicates(subset=keys)
         wide = cols if wide is None else wide.merge(cols, on=keys, how="inner")
     assert wide is not None
@@ -176,6 +178,19 @@ def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) ->
     out["algbw_gbps"] = algbw
     out["busbw_gbps"] = algbw * factor
     return out
+
+
+def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> dict[str, object]:
+    """How far the common clock can be trusted at this scale: the share of instances whose last arriver is also
+    the rank that waited least, and each rank's apparent clock offset to the first rank, the median of
+    ``(start_r - start_0) - (wait_0 - wait_r)`` (zero when start gaps are explained by waits)."""
+    if not len(per):
+        return {}
+    ref = ranks[0]
+    offsets = {str(r): int(((per[f"clock_ns_r{r}"] - per[f"clock_ns_r{ref}"])
+                            - (per[f"wait_ns_r{ref}"] - per[f"wait_ns_r{r}"])).median()) for r in ranks[1:]}
+    agree = float((per["last_arrival_rank"] == per["least_wait_rank"]).mean() * 100)
+    return {"arrival_agrees_with_least_wait_pct": round(agree, 1), "clock_offset_ns_by_rank": offsets}
 
 
 def _mode(values: np.ndarray) -> int | None:
@@ -231,6 +246,7 @@ def analyze_cross_rank(traces: list[Trace], devices: list[DeviceSummary]) -> Cro
         "algbw_gbps_median": float(per.loc[sized, "algbw_gbps"].median()) if sized.any() else None,
         "busbw_gbps_median": float(per.loc[sized, "busbw_gbps"].median()) if sized.any() else None,
         "unmatched_by_rank": {str(d.rank): int(len(d.collectives) - len(per)) for d in parts},
+        **(_clock_evidence(per, ranks) if clocks is not None else {}),
     }
     return CrossRankSummary(collectives_matched=len(per), wait_ns_by_rank=wait_total,
                             transfer_ns_per_step=transfer_step, straggler_rank=straggler, match_method=method,
