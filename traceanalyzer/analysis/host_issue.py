@@ -3,8 +3,9 @@
 * **launch-bound kernel**: it started within ``LAUNCH_SLACK_NS`` of its launch call returning, on a device that
   was idle just before — the GPU was waiting for the host to launch it. The idle gap before it is GPU time
   spent **waiting for the host**.
-* **host sync**: an API call that blocks the host until the GPU catches up (``cuda*Synchronize``); it splits the
-  host timeline into segments, because host time saved before a sync is lost waiting in it.
+* **host sync**: an API call that blocks the host until the GPU catches up (``cuda*Synchronize``) on a thread
+  that launches this device's kernels; it splits the host timeline into segments, because host time saved before
+  a sync is lost waiting in it.
 * **issuing op** of a communication kernel: the innermost CPU range on the launching thread that contains its
   launch call and is named like a collective issue — ProcessGroupNCCL's ``nccl:*`` record (Kineto), NCCL's own
   NVTX range (``ncclAllReduce``, nsys), else the ``c10d::*`` op / ``record_param_comms`` / a user range named
@@ -145,6 +146,7 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
     distinct = np.unique(api["name_id"][api["name_id"] >= 0]) if len(api) else np.empty(0, dtype=np.int64)
     sync_ids = [i for i in distinct.tolist() if HOST_SYNC.search(trace.strings[i])]
-    is_sync = np.isin(api["name_id"], sync_ids) & np.isin(api["pid"], act.pids)
+    launching = np.unique(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
+    is_sync = np.isin(api["name_id"], sync_ids) & np.isin(thread_key(api["pid"], api["tid"]), launching)
     return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, anchor, cumsum,
                         np.sort(api["start_ns"][is_sync]))
