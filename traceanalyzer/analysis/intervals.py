@@ -171,8 +171,8 @@ def clip_to_windows(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray
     source = np.repeat(np.arange(len(s)), count)
     step_in = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     window = np.repeat(first, count) + step_in
-    ps = np.maximum(s[source], ws[window]) if len(window) else s[source]
-    pe = np.minimum(e[source], we[window]) if len(window) else e[source]
+    ps = np.maximum(s[source], ws[window])
+    pe = np.minimum(e[source], we[window])
     keep = pe > ps
     return ps[keep], pe[keep], window[keep], source[keep]
 
@@ -212,7 +212,7 @@ def range_min_max(values_min: np.ndarray, values_max: np.ndarray, lo_idx: np.nda
     n = len(values_min)
     non_empty = hi > lo
     if n == 0 or len(lo) == 0:
-        return (np.zeros(len(lo), dtype=_I64), np.zeros(len(lo), dtype=_I64), non_empty & False)
+        return np.zeros(len(lo), dtype=_I64), np.zeros(len(lo), dtype=_I64), np.zeros(len(lo), dtype=bool)
     lo_c = np.minimum(lo, n - 1)
     pairs = np.empty(2 * len(lo), dtype=np.int64)
     pairs[0::2] = lo_c
