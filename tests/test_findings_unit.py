@@ -107,3 +107,12 @@ def test_idle_gap_outside_the_steps_is_not_counted():
 def test_kinds_text_is_plural_aware():
     assert kinds_text({"allreduce": 16}) == "16 all-reduces"
     assert kinds_text({"allreduce": 1, "sendrecv": 2}) == "2 send/recv + 1 all-reduce"
+
+
+def test_summary_options_carry_thresholds_and_disabled_rules():
+    traces = [_allreduce_rank(r, 60 * US) for r in (0, 1)]
+    opts = SummaryOptions(extra={"finding_thresholds": FindingThresholds(exposed_comm_min_pct=20.0),
+                                 "disabled_findings": ["nccl_small_messages"]})
+    ids = _ids(summarize(traces, opts))
+    assert "exposed_communication" not in ids and "nccl_small_messages" not in ids
+    assert "comm_serialized_with_compute" in ids

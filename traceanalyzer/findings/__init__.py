@@ -43,10 +43,20 @@ class FindingOptions:
     disabled: frozenset[str] = frozenset()
 
 
+def _options(options: Any) -> FindingOptions:
+    """FindingOptions from ``options``: itself, or a SummaryOptions whose ``extra`` may hold
+    ``finding_thresholds`` (FindingThresholds) and ``disabled_findings`` (rule ids), or anything with a
+    ``thresholds`` attribute."""
+    if isinstance(options, FindingOptions):
+        return options
+    extra = getattr(options, "extra", None) or {}
+    thresholds = extra.get("finding_thresholds") or getattr(options, "thresholds", None) or FindingThresholds()
+    return FindingOptions(thresholds=thresholds, disabled=frozenset(extra.get("disabled_findings", ())))
+
+
 def run_findings(traces: list[Trace], summary: Summary, options: Any = None) -> list[Finding]:
     """All findings for ``summary`` (computed from ``traces``), largest impact per step first."""
-    opts = options if isinstance(options, FindingOptions) else FindingOptions(
-        thresholds=getattr(options, "thresholds", None) or FindingThresholds())
+    opts = _options(options)
     ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds)
     found: list[Finding] = []
     for rule_id, rule in _registry().items():
