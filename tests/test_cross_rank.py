@@ -163,3 +163,25 @@ def test_summarize_wires_cross_rank_and_what_if() -> None:
     assert cr.straggler_rank == 1 and cr.extra["straggler_by_least_wait"] == 1
     assert s.what_if.comm_free_step_saving_ns == 1_000 and s.what_if.basis == "gpu_transfer"
     assert s.to_json()["what_if"]["comm_free_step_saving_ns"] == 1_000
+
+
+def test_transfer_and_wait_invariants_on_random_ranks() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    durations = st.lists(st.integers(1, 10_000), min_size=3, max_size=3)
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(durations, min_size=1, max_size=6))
+    def check(rows: list[list[int]]) -> None:
+        devs = [_device(r, [(i * 100_000 + 7 * r, row[r], 1 + i // 2) for i, row in enumerate(rows)], path="one")
+                for r in range(3)]
+        cr = analyze_cross_rank([_trace("one", None)], devs)
+        assert cr is not None and cr.collectives_matched == len(rows)
+        per = cr.per_collective
+        waits = per[["wait_ns_r0", "wait_ns_r1", "wait_ns_r2"]].to_numpy()
+        assert (waits >= 0).all() and (waits.min(axis=1) == 0).all()
+        assert per["transfer_ns"].tolist() == [min(row) for row in rows]
+        assert sum(cr.wait_ns_by_rank.values()) == sum(sum(row) - 3 * min(row) for row in rows)
+
+    check()
