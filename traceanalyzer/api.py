@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .errors import EmptyTraceError
 from .loaders import ProgressFn, detect_format, expand_paths, load_one
@@ -39,8 +42,33 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
-        return map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress)
-    return [load(f, rules=rules, classify=classify, progress=progress) for f in files]
+        traces = map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress)
+    else:
+        traces = [load(f, rules=rules, classify=classify, progress=progress) for f in files]
+    return assign_ranks_across_files(traces)
+
+
+def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
+    """Give one-rank files distinct ranks when their own ranks collide (e.g. one nsys export per rank, each of
+    whose single process got rank 0, or Kineto files without ``distributedInfo``): file order decides, with a
+    warning. Files with distinct ranks are returned unchanged."""
+    ranks = [sorted(set(t.ranks)) for t in traces]
+    flat = [r for rs in ranks for r in rs]
+    if len(traces) < 2 or (len(flat) == len(set(flat)) and -1 not in flat):
+        return traces
+    if any(len(rs) != 1 for rs in ranks):
+        return traces  # several processes per file: keep the loaders' ranks (they came from the file itself)
+    out: list[Trace] = []
+    for new_rank, trace in enumerate(traces):
+        renumbered = trace
+        for name, table in trace.tables.items():
+            if "rank" in table and len(table):
+                renumbered = renumbered.with_table(name, table.with_columns(
+                    rank=np.full(len(table), new_rank, dtype=np.int32)))
+        note = f"rank {new_rank} assigned from file order (the files' own ranks collide: {flat})"
+        out.append(replace(renumbered, devices=[replace(d, rank=new_rank) for d in trace.devices],
+                           warnings=[*trace.warnings, note]))
+    return out
 
 
 def info(path: PathLike) -> dict[str, Any]:
