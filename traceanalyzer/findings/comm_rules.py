@@ -114,7 +114,8 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
                       "streams": streams, "compute_streams": dev.compute_streams,
                       "overlap_pct": dev.overlap_pct, "exposed_transfer_ns_per_step": exposed_transfer,
                       "comm_exposed_per_step_ns": dev.comm_exposed_per_step_ns, "steps": ctx.steps(dev),
-                      "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis},
+                      "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,
+                      "cross_rank_wait_by_rank": _wait_by_rank(ctx)},
         ))
     return _best(found)
 

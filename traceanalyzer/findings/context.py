@@ -31,6 +31,7 @@ class FindingThresholds:
     host_bound_idle_min_pct: float = 30.0  # GPU idle share of the step that suggests host-bound
     host_bound_kernel_max_ns: int = 50_000  # median kernel shorter than this: launch cost matters
     graph_launched_max_fraction: float = 0.5  # above this share of kernels from CUDA graphs: graphs are in use
+    fusion_gap_max_ns: int = 5_000  # launch gap before a fusable kernel counted at most (longer: host issued late)
     long_gap_min_ns: int = 1_000_000  # idle gaps this long get their host-side cause looked up
     tensor_active_min_pct: float = 50.0  # Tensor Active below this while GEMM kernels run is low
     bandwidth_min_fraction: float = 0.25  # bus bandwidth below this fraction of the link peak is low

@@ -16,9 +16,12 @@ FUSABLE_SUBBUCKETS = ("norm", "elementwise", "quantize")
 MAX_CHAIN = 3  # add + norm + quant
 
 
-def _unfused_chains(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """For each all-reduce inside a step followed on its stream by fusable kernels: (all-reduce start,
-    ns from its end to the end of the last fusable kernel of the unbroken chain, kernel indices of the chain)."""
+def _unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For each all-reduce inside a step followed on its stream by fusable kernels: (all-reduce start, cost of its
+    unbroken chain of fusable kernels, kernel indices of the chains). The cost of a chain is the chain kernels'
+    durations plus the gap before each, capped at ``gap_cap_ns`` (a longer gap is the host issuing late, which a
+    fusion shortens only by the launch it removes)."""
     k = trace.kernels
     idx = np.flatnonzero(kernel_mask(trace, dev))
     if not len(idx):
@@ -26,38 +29,38 @@ def _unfused_chains(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.nd
     idx = idx[np.lexsort((k["start_ns"][idx], k["stream"][idx]))]
     sub = trace.names(k["subbucket_id"][idx]).astype(str)
     bucket = trace.names(k["bucket_id"][idx]).astype(str)
-    stream, end_ns = k["stream"][idx], k["end_ns"][idx]
+    stream, start_ns, end_ns = k["stream"][idx], k["start_ns"][idx], k["end_ns"][idx]
     is_ar = (bucket == "communication") & np.isin(sub, ALLREDUCE_SUBBUCKETS)
     fusable = (bucket == "other") & np.isin(sub, FUSABLE_SUBBUCKETS)
     ar_pos = np.flatnonzero(is_ar)
-    ar_pos = ar_pos[step_index(dev, k["start_ns"][idx[ar_pos]]) >= 0]
+    ar_pos = ar_pos[step_index(dev, start_ns[ar_pos]) >= 0]
     if not len(ar_pos):
         return None
-    chain_end = np.full(len(ar_pos), -1, dtype=np.int64)
+    cost = np.zeros(len(ar_pos), dtype=np.int64)
     alive = np.ones(len(ar_pos), dtype=bool)
     followers: list[np.ndarray] = []
     for offset in range(1, MAX_CHAIN + 1):
         nxt = np.minimum(ar_pos + offset, len(idx) - 1)
         alive &= (ar_pos + offset < len(idx)) & (stream[nxt] == stream[ar_pos]) & fusable[nxt]
-        chain_end = np.where(alive, end_ns[nxt], chain_end)
+        gap = np.clip(start_ns[nxt] - end_ns[nxt - 1], 0, gap_cap_ns)
+        cost += np.where(alive, end_ns[nxt] - start_ns[nxt] + gap, 0)
         followers.append(idx[nxt[alive]])
-    fused = chain_end >= 0
+    fused = cost > 0
     if not fused.any():
         return None
-    return (k["start_ns"][idx[ar_pos[fused]]], chain_end[fused] - end_ns[ar_pos[fused]],
-            np.concatenate(followers))
+    return start_ns[ar_pos[fused]], cost[fused], np.concatenate(followers)
 
 
 def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
-    """All-reduces followed by separate add / RMSNorm kernels: impact = median per step of the time from each
-    all-reduce's end to the end of its add/norm chain (those kernels plus the launch gaps before them), which a
-    fused all-reduce + residual + RMSNorm kernel removes (its own extra time is not modelled)."""
+    """All-reduces followed by separate add / RMSNorm kernels: impact = median per step of the chains' cost (their
+    kernels plus the gaps before them, each gap capped), which a fused all-reduce + residual + RMSNorm kernel
+    removes (its own extra time is not modelled)."""
     found = []
     for dev in ctx.summary.devices:
         trace = ctx.trace_of(dev)
         if trace is None or "subbucket_id" not in trace.kernels:
             continue
-        chains = _unfused_chains(trace, dev)
+        chains = _unfused_chains(trace, dev, ctx.thresholds.fusion_gap_max_ns)
         if chains is None:
             continue
         starts, cost, followers = chains
@@ -71,7 +74,7 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
         found.append(Finding(
             id="allreduce_not_fused",
             title=f"{pairs} all-reduces per step are followed by separate add/RMSNorm kernels: {ms(per_step)}/step "
-                  f"({pct:.0f}%) incl. launch gaps that an all-reduce + RMSNorm fusion would absorb",
+                  f"({pct:.0f}%) with their launch gaps, which an all-reduce + RMSNorm fusion would absorb",
             impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
             recommendation="Enable the fused all-reduce + residual + RMSNorm (+quant) kernel (e.g. FlashInfer / "
                            "TRT-LLM allreduce_fusion, vLLM's AllReduceFusionPass) for this GPU and world size.",
