@@ -140,7 +140,16 @@ def test_fixture_graphs_decode_is_not_host_bound():
 def test_unfused_allreduce_norm_in_serial_prefill_not_in_overlap(shared_data: Path):
     found = _found(_kineto(shared_data, "prefill_serial"), "allreduce_not_fused")
     assert found is not None and found.evidence["allreduces_followed_per_step"] == 16
+    assert found.evidence["median_chain_kernels"] == 2  # residual add + fused layer-norm kernel
+    assert any("layer_norm" in name for name in found.evidence["following_kernels"])
     assert _found(_kineto(shared_data, "prefill_overlap"), "allreduce_not_fused") is None
+
+
+def test_unfused_decomposed_rmsnorm_in_fixture_prefill():
+    found = _found(_summary([FIXTURES / "nsys" / "tp2_prefill_serial.sqlite"], step_range="step"),
+                   "allreduce_not_fused")
+    assert found is not None and found.evidence["allreduces_followed_per_step"] == 8
+    assert found.evidence["median_chain_kernels"] > 4  # add, pow, mean, add, rsqrt, mul… as separate kernels
 
 
 # --- low_comm_bandwidth, nccl_small_messages --------------------------------------------------------------------
