@@ -19,7 +19,6 @@ from ..trace import StringPool, Table
 if TYPE_CHECKING:
     from .kineto import Complete
 
-OPTIONAL_TABLES = ("memops", "api_calls", "ranges", "collectives")
 _STEP_NAME = re.compile(r"ProfilerStep#\d+")
 _API_SUFFIX = re.compile(r"_v\d+$")
 _COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
