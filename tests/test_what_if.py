@@ -21,11 +21,11 @@ from traceanalyzer.trace import Trace
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
 
-def _rank(rank: int, kernels: list[tuple[Any, ...]], colls: list[tuple[int, int, int, int]], *,
+def _rank(rank: int, kernels: list[tuple[Any, ...]], colls: list[tuple[int, ...]], *,
           api: list[tuple[Any, ...]] = (), ranges: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
           steps: tuple[tuple[int, int, int], ...] = ((1, 0, 1_000),)) -> tuple[Trace, DeviceSummary]:
-    """One rank's classified trace plus its DeviceSummary; ``colls``: ``(start, duration, exposed, correlation)``
-    of its communication kernels, all in the step that contains them."""
+    """One rank's classified trace plus its DeviceSummary; ``colls``: ``(start, duration, exposed, correlation[,
+    bytes])`` of its communication kernels, each in the step that contains it."""
     path = f"rank{rank}.json"
     trace = replace(make_trace(kernels, api_calls=api, ranges=ranges, rank=rank, path=path), base_time_ns=0)
     win = pd.DataFrame(steps, columns=["step", "start_ns", "end_ns"])
@@ -35,7 +35,8 @@ def _rank(rank: int, kernels: list[tuple[Any, ...]], colls: list[tuple[int, int,
     step_of = [int(win.loc[(win["start_ns"] <= s) & (s < win["end_ns"]), "step"].iloc[0]) for s in start]
     coll = pd.DataFrame({
         "start_ns": start, "end_ns": start + [c[1] for c in colls], "duration_ns": [c[1] for c in colls],
-        "kind": "allreduce", "step": step_of, "seq": -1, "bytes": -1, "group_size": 2,
+        "kind": "allreduce", "step": step_of, "seq": -1,
+        "bytes": [c[4] if len(c) > 4 else -1 for c in colls], "group_size": 2,
         "exposed_ns": [c[2] for c in colls], "correlation": [c[3] for c in colls],
     })
     dev = DeviceSummary(rank=rank, device=0, name=None, trace=path, span_ns=0, busy_ns=0, idle_ns=0,
@@ -69,10 +70,19 @@ def test_gpu_bound_saving_is_the_transfer_of_the_rank_others_wait_for() -> None:
     assert w.details["ranks"]["1"]["bound"] == "gpu"
 
 
-def test_single_rank_counts_all_exposed_time() -> None:
-    w = estimate_comm_free([_gpu_bound(0, 400)[0]], [_gpu_bound(0, 400)[1]], None)
-    assert w.comm_free_step_saving_ns == 200
-    assert "upper bound" in w.details["note"]
+def test_single_rank_takes_transfer_from_its_fastest_instances() -> None:
+    # one rank, two steps: the all-reduce takes 150 (it arrived last) then 400 (it waited); without other ranks
+    # the transfer is the 10th percentile of the same collective's durations: 150 + 0.1 * 250 = 175
+    kernels = [(0, 450, 0, 7, "gemm_a", "gemm", None, 1), (450, 600, 0, 7, NCCL, "communication", "all_reduce", 2),
+               (1_000, 1_200, 0, 7, "gemm_a", "gemm", None, 3),
+               (1_200, 1_600, 0, 7, NCCL, "communication", "all_reduce", 4)]
+    api = [(-90_000, -80_000, i) for i in range(1, 5)]
+    one = _rank(0, kernels, [(450, 150, 150, 2), (1_200, 400, 400, 4)], api=api,
+                steps=((1, 0, 1_000), (2, 1_000, 2_000)))
+    w = estimate_comm_free([one[0]], [one[1]], None)
+    assert w.details["saving_ns_by_step"] == {"1": 150, "2": 175}
+    assert w.details["ranks"]["0"]["wait_ns"] == (0 + 225) // 2
+    assert "10th percentile" in w.details["note"]
 
 
 def _host_bound(rank: int, next_launch: int = 450) -> tuple[Trace, DeviceSummary]:
@@ -119,7 +129,7 @@ def test_mixed_when_host_and_gpu_segments_share_the_saving() -> None:
     api = [(-50, -40, 1), (300, 310, 2), (450, 460, 3), (600, 610, 99, "cudaStreamSynchronize"),
            (611, 612, 4), (613, 614, 5)]
     ranges = [(280, 380, "user_annotation", "nccl:all_reduce"), (612, 615, "user_annotation", "nccl:all_reduce")]
-    one = _rank(0, kernels, [(312, 10, 10, 2), (800, 100, 100, 5)], api=api, ranges=ranges)
+    one = _rank(0, kernels, [(312, 10, 10, 2, 1 << 20), (800, 100, 100, 5, 8 << 20)], api=api, ranges=ranges)
     w = estimate_comm_free([one[0]], [one[1]], None)
     assert w.comm_free_step_saving_ns == 100 + 100
     assert w.basis == "mixed" and w.details["host_share_pct"] == 50.0

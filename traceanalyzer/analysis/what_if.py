@@ -35,6 +35,7 @@ from .results import CrossRankSummary, DeviceSummary, WhatIf
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
+OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -92,18 +93,35 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         "launch_bound": host.launch_bound[comm], "issue_start_ns": host.issue_start_ns[comm],
         "issue_end_ns": host.issue_end_ns[comm], "op": host.issue_op[comm], "source": host.issue_source[comm],
     }).drop_duplicates(["start_ns", "correlation"])
-    rows = dev.collectives[["start_ns", "correlation", "step", "exposed_ns"]].merge(
+    coll = dev.collectives
+    rows = coll[["start_ns", "correlation", "step", "exposed_ns"]].merge(
         ev, on=["start_ns", "correlation"], how="left")
     rows["exposed_ns"] = rows["exposed_ns"].astype(np.int64)
-    rows["transfer_ns"], rows["wait_ns"] = rows["exposed_ns"], 0
+    own = _own_transfer(coll)
     if matched is not None:
-        rows = rows.drop(columns=["transfer_ns", "wait_ns"]).merge(matched, on="start_ns", how="left")
-        rows["transfer_ns"] = rows["transfer_ns"].fillna(rows["exposed_ns"])  # unmatched: as exposed
-        rows["wait_ns"] = rows["wait_ns"].fillna(0)
+        rows = rows.merge(matched, on="start_ns", how="left")
+        unmatched = rows["transfer_ns"].isna().to_numpy()
+        rows["transfer_ns"] = np.where(unmatched, own, rows["transfer_ns"].fillna(0)).astype(np.int64)
+        rows["wait_ns"] = np.where(unmatched, coll["duration_ns"].to_numpy(np.int64) - own,
+                                   rows["wait_ns"].fillna(0)).astype(np.int64)
+    else:
+        rows["transfer_ns"] = own
+        rows["wait_ns"] = coll["duration_ns"].to_numpy(np.int64) - own
     rows["op"] = rows["op"].fillna(-1).astype(np.int64)
     rows["launch_bound"] = rows["launch_bound"].fillna(False).astype(bool)
     rows["source"] = rows["source"].fillna("none")
     return rows
+
+
+def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
+    """Transfer time of each instance from this rank alone: the 10th percentile of the durations of the same
+    collective (kind, size, kernel) — its fastest instances are those where this rank arrived last."""
+    if len(coll) == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = [c for c in ("kind", "bytes", "name") if c in coll]
+    dur = coll["duration_ns"].astype(np.int64)
+    fast = dur.groupby([coll[k].astype(str) for k in keys]).transform(lambda d: d.quantile(OWN_TRANSFER_Q))
+    return np.minimum(fast.to_numpy(), dur.to_numpy()).astype(np.int64)
 
 
 def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
@@ -121,6 +139,7 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
         "issue_ns": np.where(first_of_op, b - a, 0),
         "first_b": np.where(linked, b, NEVER), "seg_end": seg_end,
         "gpu_ns": np.minimum(rows["exposed_ns"], rows["transfer_ns"]).to_numpy(np.int64),
+        "transfer_ns": rows["transfer_ns"].to_numpy(np.int64),
         "exposed_ns": rows["exposed_ns"].to_numpy(np.int64), "wait_ns": rows["wait_ns"].to_numpy(np.int64),
         "launch_bound": rows["launch_bound"].to_numpy(np.int64), "collectives": 1,
     })
@@ -128,7 +147,8 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
     segs = parts.groupby(["step", "seg"]).agg(
         issue_ns=("issue_ns", "sum"), first_b=("first_b", "min"), seg_end=("seg_end", "first"),
         gpu_ns=("gpu_ns", "sum"), exposed_ns=("exposed_ns", "sum"), wait_ns=("wait_ns", "sum"),
-        launch_bound=("launch_bound", "sum"), collectives=("collectives", "sum"))
+        transfer_ns=("transfer_ns", "sum"), launch_bound=("launch_bound", "sum"),
+        collectives=("collectives", "sum"))
     has_host = segs.index.get_level_values("seg") >= 0
     slack = np.where(has_host, host.waiting_between(segs["first_b"].to_numpy(), segs["seg_end"].to_numpy()), 0)
     segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy(), slack)
@@ -136,8 +156,8 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
     segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
     segs["host_part_ns"] = np.where(segs["host_chosen"], segs["host_part_ns"], 0)
     segs["gpu_part_ns"] = np.where(segs["host_chosen"], 0, segs["gpu_ns"])
-    cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "exposed_ns", "wait_ns", "issue_ns", "launch_bound",
-            "collectives"]
+    cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "exposed_ns", "wait_ns", "transfer_ns", "issue_ns",
+            "launch_bound", "collectives"]
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
 
@@ -148,7 +168,12 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     host = host_evidence(trace, act)
     rows = _instances(dev, act, host, matched)
     steps = _segment_savings(rows, host)
-    steps["contention_ns"] = _contention(act, dev.per_step).reindex(steps.index).fillna(0).astype(np.int64)
+    # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
+    # would not slow it once communication is free, and that rank is not the one setting the step)
+    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
+    busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
+    share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
+    steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
@@ -207,7 +232,8 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     if cross_rank is not None:
         details["transfer_ns"] = cross_rank.transfer_ns_per_step
     else:
-        details["note"] = "one rank: exposed time may include waiting for other ranks (an upper bound)"
+        details["note"] = ("one rank: transfer = 10th percentile of the same collective's durations (kind, size, "
+                           "kernel); the rest counts as waiting for other ranks")
     if len(own) == 0:
         details["note"] = "no step holds communication on every rank"
         return WhatIf(None, "gpu_transfer", details)
