@@ -8,11 +8,13 @@ the GPU there, so host time saved before one is lost waiting in it). In each seg
   at the GPU time spent *waiting for the host* after the first of them in the segment (gaps before launch-bound
   kernels): issuing earlier only helps when the GPU is starved for launches afterwards;
 * **GPU**: its collectives' *exposed* time (comm running, no compute kernel), each capped at the instance's
-  cross-rank **transfer** time — waiting for a slower rank moves elsewhere when communication is free.
+  cross-rank **transfer** time — waiting for a slower rank moves elsewhere when communication is free. With one
+  rank only, the transfer is the 10th percentile of the same collective's (kind, size, kernel) durations.
 
 The two overlap in time (a short kernel runs while the host is still issuing), hence the larger, not the sum.
 Added per step: **contention** — how much longer compute kernels ran while communication ran beside them
-(overlapped schedules), against the same kernel's (name, grid, block) median with no communication beside it.
+(overlapped schedules), against the same kernel's (name, grid, block) median with no communication beside it,
+times the share of the step's communication that was transfer rather than waiting.
 
 The step is set by the rank the others wait for (least wait per step, from the cross-rank matching; without it,
 the rank with the smallest cost), so a step's saving is that rank's cost; the estimate is the median over steps.
