@@ -181,6 +181,21 @@ def test_warm_up_gaps_of_a_whole_run_export_are_not_counted(shared_data: Path):
     assert [f.id for f in host] == [f.id for f in summary.findings]
 
 
+def test_host_sync_gaps_in_a_public_capture(shared_data: Path):
+    """A real Windows test app that synchronizes between kernel batches (no steps: the whole span is one)."""
+    summary = _summary([shared_data / "nsys-public" / "extrap_concurrent_gtx1060_2022.1.1.sqlite"])
+    found = _found(summary, "idle_gaps_host_cause")
+    assert found is not None and found.evidence["gaps"] >= 1
+    assert set(found.evidence["host_calls"]) <= {"cudaStreamSynchronize", "cudaEventSynchronize",
+                                                  "cudaDeviceSynchronize"}
+    assert found.impact_ns_per_step == found.evidence["gap_ns_total"]  # one step
+
+
+def test_micro_benchmark_with_few_kernels_is_not_called_host_bound(shared_data: Path):
+    summary = _summary([shared_data / "nsys-public" / "flameox_graphtrace_rtx3060_2025.5.2.sqlite"])
+    assert _found(summary, "host_bound_no_cuda_graphs") is None  # 3 kernels: nothing to capture in a graph
+
+
 # --- gpu_power_underuse ------------------------------------------------------------------------------------------
 
 def test_power_underuse_with_the_power_log(shared_data: Path, power_log: Path):

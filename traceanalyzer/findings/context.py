@@ -30,6 +30,7 @@ class FindingThresholds:
     straggler_wait_min_pct: float = 5.0  # per-step exposed wait on a slower rank worth reporting
     host_bound_idle_min_pct: float = 30.0  # GPU idle share of the step that suggests host-bound
     host_bound_kernel_max_ns: int = 50_000  # median kernel shorter than this: launch cost matters
+    host_bound_min_kernels_per_step: int = 20  # fewer kernels per step is a micro-benchmark, not a launch-bound step
     graph_launched_max_fraction: float = 0.5  # above this share of kernels from CUDA graphs: graphs are in use
     fusion_gap_max_ns: int = 5_000  # launch gap before a fusable kernel counted at most (longer: host issued late)
     long_gap_min_ns: int = 1_000_000  # idle gaps this long get their host-side cause looked up

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis.intervals import clip_to_windows, union
+from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary, Finding
 from ..trace import Trace
 from .context import FindingContext, kernel_mask, ms, per_step_median, severity, step_index, step_windows
@@ -58,30 +58,31 @@ def _pid_of(trace: Trace, dev: DeviceSummary) -> int:
 def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
     """GPU idle between short kernels while the host launches them one by one (no CUDA graphs).
 
-    Impact: the median per-step GPU idle time — an upper bound of what CUDA graphs recover (they remove launch
-    gaps, not host work the GPU really waits for)."""
+    Impact: the median per step of the GPU idle time in gaps shorter than ``long_gap_min_ns`` (launch gaps; longer
+    gaps are host stalls, see idle_gaps_host_cause) — an upper bound of what CUDA graphs recover."""
     t = ctx.thresholds
     found = []
     for dev in ctx.summary.devices:
         trace = ctx.trace_of(dev)
         if trace is None or dev.span_ns <= 0:
             continue
-        idle_per_step, idle_pct = _idle_per_step(ctx, dev)
+        idle_per_step, idle_pct = _launch_idle_per_step(ctx, trace, dev)
         k = trace.kernels
         mask = kernel_mask(trace, dev, in_steps=True)
         durations = (k["end_ns"] - k["start_ns"])[mask]
         median_kernel = int(np.median(durations)) if len(durations) else 0
         graphs = graph_launched_fraction(trace, dev)
-        if (idle_pct < t.host_bound_idle_min_pct or median_kernel > t.host_bound_kernel_max_ns
-                or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
-            continue
         kernels_per_step = per_step_median(ctx.steps(dev), step_index(dev, k["start_ns"][mask]),
                                            np.ones(int(mask.sum())))
+        if (idle_pct < t.host_bound_idle_min_pct or median_kernel > t.host_bound_kernel_max_ns
+                or kernels_per_step < t.host_bound_min_kernels_per_step
+                or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
+            continue
         found.append(Finding(
             id="host_bound_no_cuda_graphs",
-            title=f"GPU is host-bound on rank {dev.rank}: idle {ms(idle_per_step)} ({idle_pct:.0f}%) of each step "
-                  f"between {kernels_per_step} short kernels (median {ms(median_kernel)}) launched one by one "
-                  "without CUDA graphs",
+            title=f"GPU is host-bound on rank {dev.rank}: idle {ms(idle_per_step)} ({idle_pct:.0f}%) of each step in "
+                  f"launch gaps between {kernels_per_step} short kernels (median {ms(median_kernel)}) launched one "
+                  "by one without CUDA graphs",
             impact_ns_per_step=int(idle_per_step), impact_pct_of_step=idle_pct, severity=severity(idle_pct),
             recommendation="Capture the step in CUDA graphs (torch.cuda.graphs / torch.compile mode="
                            "'reduce-overhead', vLLM/SGLang cuda graph capture), fuse small kernels, cut Python "
@@ -93,15 +94,31 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
     return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
 
 
-def _idle_per_step(ctx: FindingContext, dev: DeviceSummary) -> tuple[int, float]:
-    """(median idle ns per step, idle % of step) from the per-step table, else from the whole span."""
-    ps = dev.per_step
-    if len(ps) and {"idle_ns", "duration_ns"} <= set(ps.columns):
-        idle = int(ps["idle_ns"].median())
-        dur = float(ps["duration_ns"].median())
-        return idle, (100.0 * idle / dur if dur > 0 else 0.0)
-    idle = dev.idle_ns // ctx.steps(dev)
-    return idle, 100.0 * dev.idle_ns / dev.span_ns
+def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU idle gaps of the device (between kernels / memory operations) cut to the step windows:
+    (starts, ends, step window index)."""
+    k, m = trace.kernels, trace.memops
+    kmask = kernel_mask(trace, dev)
+    mmask = m["device"] == dev.device
+    if dev.rank >= 0:
+        mmask &= m["rank"] == dev.rank
+    s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
+                 np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
+    ws, we = step_windows(dev)
+    order = np.argsort(ws, kind="stable")
+    lo, hi = (int(s[0]), int(e[-1])) if len(s) else (0, 0)
+    gs, ge = gaps((s, e), min(lo, int(ws.min())), max(hi, int(we.max())))
+    gap_start, gap_end, window, _ = clip_to_windows(gs, ge, ws[order], we[order])
+    return gap_start, gap_end, order[window]
+
+
+def _launch_idle_per_step(ctx: FindingContext, trace: Trace, dev: DeviceSummary) -> tuple[int, float]:
+    """(median per step of the idle time in gaps shorter than ``long_gap_min_ns``, its % of the step): the launch
+    gaps between kernels; longer gaps are the host blocked or busy elsewhere (see idle_gaps_host_cause)."""
+    gs, ge, window = _device_gaps(trace, dev)
+    short = (ge - gs) < ctx.thresholds.long_gap_min_ns
+    idle = per_step_median(ctx.steps(dev), window[short], (ge - gs)[short])
+    return idle, ctx.pct_of_step(dev, idle) or 0.0
 
 
 def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
@@ -126,7 +143,8 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
         top = ", ".join(list(causes)[:3])
         found.append(Finding(
             id="idle_gaps_host_cause",
-            title=f"{count} GPU idle gaps ≥ {ms(min_gap)} in {ctx.steps(dev)} steps on rank {dev.rank} "
+            title=f"{count} GPU idle gap{'s' if count != 1 else ''} ≥ {ms(min_gap)} in {ctx.steps(dev)} "
+                  f"step{'s' if ctx.steps(dev) != 1 else ''} on rank {dev.rank} "
                   f"({ms(per_step)}/step, {pct:.0f}%) while the host was blocked in {top}",
             impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
             recommendation="Remove host synchronizations from the step (.item(), .cpu(), blocking copies, "
@@ -140,18 +158,7 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
 def _gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple[int, int, dict[str, int]] | None:
     """Total ns and count of long idle gaps (inside step windows) overlapped by a blocking host call of the same
     process, with the names of those calls."""
-    k, m = trace.kernels, trace.memops
-    kmask = kernel_mask(trace, dev)
-    mmask = m["device"] == dev.device
-    if dev.rank >= 0:
-        mmask &= m["rank"] == dev.rank
-    s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
-                 np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
-    if len(s) < 2:
-        return None
-    ws, we = step_windows(dev)
-    order = np.argsort(ws, kind="stable")
-    gap_start, gap_end, _, _ = clip_to_windows(e[:-1], s[1:], ws[order], we[order])  # only time inside steps
+    gap_start, gap_end, _ = _device_gaps(trace, dev)  # only time inside steps
     long_gap = (gap_end - gap_start) >= min_gap_ns
     if not long_gap.any():
         return None
