@@ -3,9 +3,9 @@
 Sources, first that applies:
 
 1. ``--step-range NAME``: ranges with that exact name (NVTX / user annotations), projected to the GPU.
-2. ``ProfilerStep#N``: Kineto's GPU-side ``gpu_user_annotation`` ``ProfilerStep*`` ranges of the device when the
-   trace has them (numbered by the CPU ``ProfilerStep#N`` in order), else the CPU ``profiler_step`` ranges
-   projected to the GPU.
+2. ``ProfilerStep#N``: the CPU ``profiler_step`` ranges projected to the GPU, widened to Kineto's GPU-side
+   ``gpu_user_annotation`` ``ProfilerStep*`` range of the same step when the trace has one per step (the hull:
+   the annotation alone can cover a sliver of the step); the annotations alone when nothing is projected.
 3. Detected from the kernel-name sequence of the device's busiest stream: the *anchor* is the kernel name whose
    occurrences repeat with the longest regular spacing (the step period in kernels); each period is cut before the
    kernel that follows the largest GPU gap at the phase where the median gap is largest (searched within ±5% of
@@ -129,11 +129,21 @@ def _profiler_steps(act: DeviceActivity) -> pd.DataFrame | None:
     numbers = cpu["name"].astype(str).str.extract(_STEP_NUMBER, expand=False).astype(np.int64).to_numpy()
     gpu = ranges_named(act, pattern=re.compile(r"^ProfilerStep"), kinds=("gpu_user_annotation",))
     gpu = gpu[gpu["device"] == act.device]
-    if len(gpu):
-        nums = numbers if len(numbers) == len(gpu) else np.arange(len(gpu))
-        start, end = _disjoint(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
-        return _frame(nums, start, end, "profiler_step")
-    return _projected(act, cpu, "profiler_step", numbers)
+    projected = _projected(act, cpu, "profiler_step", numbers)
+    if len(gpu) == 0:
+        return projected
+    nums = numbers if len(numbers) == len(gpu) else np.arange(len(gpu))
+    start, end = gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    if projected is not None and len(projected) == len(gpu):
+        # Kineto's GPU annotation can cover only part of the step's GPU work (seen with torch 2.11: 93 µs of a
+        # 31 ms step); the step is the hull of both, which equals the annotation when it is whole
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
+        nums = projected["step"].to_numpy()
+        start = np.minimum(start, projected["start_ns"].to_numpy())
+        end = np.maximum(end, projected["end_ns"].to_numpy())
+    start, end = _disjoint(start, end)
+    return _frame(nums, start, end, "profiler_step")
 
 
 def _dominant_stream_sequence(act: DeviceActivity) -> np.ndarray:
