@@ -116,7 +116,9 @@ class _Writer:
         return self.ids[value]
 
     def insert(self, table: str, columns: str, rows: list[Row]) -> None:
-        marks = ",".join("?" * len(rows[0])) if rows else ""
+        if not rows:
+            return  # the table stays empty (e.g. an export whose kernel table exists but holds no rows)
+        marks = ",".join("?" * len(rows[0]))
         self.conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
 
 
