@@ -89,6 +89,17 @@ def test_fixture_serial_prefill_matches_its_truth_and_overlap_does_not_fire(tmp_
     assert _found(overlap, "comm_serialized_with_compute") is None
 
 
+def test_fixture_kineto_runs_match_their_truth():
+    truth = _truth_cost_ms([FIXTURES / "truth" / f"prefill_serial_rank{r}.json" for r in (0, 1)],
+                           [FIXTURES / "truth" / f"prefill_serial_nocomm_rank{r}.json" for r in (0, 1)])
+    serial = _found(_summary([FIXTURES / "kineto" / "tp2_prefill_serial"]), "comm_serialized_with_compute")
+    assert serial is not None and abs(serial.impact_ns_per_step / MS - truth) < 0.6
+    assert _found(_summary([FIXTURES / "kineto" / "tp2_prefill_overlap"]), "comm_serialized_with_compute") is None
+    eager = _summary([FIXTURES / "kineto" / "tp2_decode_eager"])
+    host = _found(eager, "host_bound_no_cuda_graphs")
+    assert host is not None and host.impact_pct_of_step > 30
+
+
 def test_public_before_after_pair_reports_sendrecv_on_compute_stream(shared_data: Path):
     for name in ("before", "after"):
         summary = _summary([shared_data / "nsys-public" / f"nsysai_mfu_2xh100_{name}_2026.2.1.sqlite"])
