@@ -32,7 +32,8 @@ def _rank(rank: int, kernels: list[tuple[Any, ...]], colls: list[tuple[int, ...]
     win["duration_ns"] = win["end_ns"] - win["start_ns"]
     win["idle_ns"] = 0
     start = np.array([c[0] for c in colls], dtype=np.int64)
-    step_of = [int(win.loc[(win["start_ns"] <= s) & (s < win["end_ns"]), "step"].iloc[0]) for s in start]
+    inside = [win.loc[(win["start_ns"] <= s) & (s < win["end_ns"]), "step"] for s in start]
+    step_of = [int(w.iloc[0]) if len(w) else -1 for w in inside]
     coll = pd.DataFrame({
         "start_ns": start, "end_ns": start + [c[1] for c in colls], "duration_ns": [c[1] for c in colls],
         "kind": "allreduce", "step": step_of, "seq": -1,
@@ -244,3 +245,14 @@ def test_innermost_containing_range_per_thread() -> None:
     t = np.array([25, 50, 95, 150, 150, 5, 42], dtype=np.int64)
     thread = np.array([1, 1, 1, 1, 2, 3, 1], dtype=np.int64)
     assert innermost_containing(starts, ends, threads, t, thread).tolist() == [2, 1, 0, -1, 4, -1, 3]
+
+
+def test_collectives_outside_every_step_do_not_break_the_estimate() -> None:
+    kernels = [(0, 100, 0, 7, "gemm", "gemm", None, 1), (1_500, 1_600, 0, 7, NCCL, "communication", "all_reduce", 2)]
+    outside = _rank(0, kernels, [(1_500, 100, 100, 2)])  # the only step is [0, 1000)
+    w = estimate_comm_free([outside[0]], [outside[1]], None)
+    assert w.comm_free_step_saving_ns is None and w.details["steps_used"] == 0
+    inside = _rank(1, [(0, 100, 0, 7, "gemm", "gemm", None, 1),
+                       (500, 600, 0, 7, NCCL, "communication", "all_reduce", 2)], [(500, 100, 100, 2)])
+    w = estimate_comm_free([outside[0], inside[0]], [outside[1], inside[1]], None)
+    assert w.comm_free_step_saving_ns == 100 and "note" in w.details["ranks"]["0"]

@@ -199,6 +199,8 @@ def _trace_of(traces: list[Trace], dev: DeviceSummary) -> Trace | None:
 
 
 def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
+    if len(steps) == 0:
+        return {**evidence, "note": "no collective inside a step window"}
     med = steps.median()
     return {
         **evidence,
@@ -224,9 +226,12 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     if not ranks:
         has_steps = any(d.steps for d in devices)
         return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})
-    own = pd.concat({r: s["own_ns"] for r, (s, _) in ranks.items()}, axis=1).dropna()
-    wait = pd.concat({r: s["wait_ns"] for r, (s, _) in ranks.items()}, axis=1).reindex(own.index)
-    host = pd.concat({r: s["host_part_ns"] for r, (s, _) in ranks.items()}, axis=1).reindex(own.index)
+    stepped = {r: s for r, (s, _) in ranks.items() if len(s)}  # ranks with collectives inside step windows
+    own = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna() if stepped else pd.DataFrame()
+    wait = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
+        else pd.DataFrame()
+    host = pd.concat({r: s["host_part_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
+        else pd.DataFrame()
     details: dict[str, Any] = {
         "method": "per host-sync segment max(host issue time GPU waited for, exposed transfer) + contention, "
                   "of the rank that waits least; median over steps",
