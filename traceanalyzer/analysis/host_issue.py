@@ -137,10 +137,16 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
                               thread_key(act.launch_pid, act.launch_tid))
     op = np.where(linked & comm, op, -1)
     has_op = op >= 0
+    # without an issuing range, the launch call itself; a call that launched several kernels (a CUDA graph)
+    # is split evenly, and each communication kernel owns its share
+    _, per_call, launched = np.unique(np.where(linked, act.launch_row, -1), return_inverse=True,
+                                      return_counts=True)
+    share = (launch_end - act.launch_ns) // launched[per_call.ravel()]
     issue_start = np.where(has_op, o_s[np.maximum(op, 0)] if len(o_s) else -1,
                            np.where(linked & comm, act.launch_ns, -1))
-    issue_end = np.where(has_op, o_e[np.maximum(op, 0)] if len(o_s) else -1, np.where(linked & comm, launch_end, -1))
-    owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + act.launch_row, -1))
+    issue_end = np.where(has_op, o_e[np.maximum(op, 0)] if len(o_s) else -1,
+                         np.where(linked & comm, act.launch_ns + share, -1))
+    owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + np.arange(len(k)), -1))
     source = np.where(has_op, "cpu_op", np.where(linked & comm, "launch_api", "none"))
 
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
