@@ -19,6 +19,16 @@ NORM_SUBBUCKETS = ("norm", "reduction")
 MAX_CHAIN = 10  # add + a decomposed RMSNorm (+ dtype copies) + quantize
 
 
+def _id(trace: Trace, value: str) -> int:
+    """String-pool id of ``value``; -2 (matching no row, unlike -1 = missing) when the trace never uses it."""
+    found = trace.strings.get(value)
+    return found if found >= 0 else -2
+
+
+def _ids(trace: Trace, values: tuple[str, ...]) -> np.ndarray:
+    return np.array([_id(trace, v) for v in values], dtype=np.int64)
+
+
 def _unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """For each all-reduce inside a step followed on its stream by an unbroken chain of fusable kernels that holds a
@@ -31,11 +41,10 @@ def _unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int
     if not len(idx):
         return None
     idx = idx[np.lexsort((k["start_ns"][idx], k["stream"][idx]))]
-    sub = trace.names(k["subbucket_id"][idx]).astype(str)
-    bucket = trace.names(k["bucket_id"][idx]).astype(str)
+    sub, bucket = k["subbucket_id"][idx], k["bucket_id"][idx]
     stream, start_ns, end_ns = k["stream"][idx], k["start_ns"][idx], k["end_ns"][idx]
-    is_ar = (bucket == "communication") & np.isin(sub, ALLREDUCE_SUBBUCKETS)
-    fusable = (bucket == "other") & np.isin(sub, FUSABLE_SUBBUCKETS)
+    is_ar = (bucket == _id(trace, "communication")) & np.isin(sub, _ids(trace, ALLREDUCE_SUBBUCKETS))
+    fusable = (bucket == _id(trace, "other")) & np.isin(sub, _ids(trace, FUSABLE_SUBBUCKETS))
     ar_pos = np.flatnonzero(is_ar)
     ar_pos = ar_pos[step_index(dev, start_ns[ar_pos]) >= 0]
     if not len(ar_pos):
@@ -53,7 +62,7 @@ def _unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int
         cost += np.where(alive, end_ns[nxt] - start_ns[nxt] + gap, 0)
         length += alive
         longest = np.maximum(longest, np.where(alive, end_ns[nxt] - start_ns[nxt], 0))
-        has_norm |= alive & np.isin(sub[nxt], NORM_SUBBUCKETS)
+        has_norm |= alive & np.isin(sub[nxt], _ids(trace, NORM_SUBBUCKETS))
         chain.append((nxt, alive.copy()))
     fused = (cost > 0) & has_norm  # an all-reduce + RMSNorm fusion needs the norm in the chain
     if not fused.any():
