@@ -84,7 +84,11 @@ def test_plotly_inlined_once_and_scripts_allowed_by_hash(page: str) -> None:
 
 
 def test_cdn_page_is_small_and_references_cdn(hostile_page: str, page: str) -> None:
-    assert re.search(r'<script src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js"', hostile_page)
+    from plotly.offline import get_plotlyjs
+
+    sri = "sha256-" + base64.b64encode(hashlib.sha256(get_plotlyjs().encode()).digest()).decode()
+    assert re.search(r'<script src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js" integrity="'
+                     + re.escape(sri) + '" crossorigin="anonymous"', hostile_page)
     assert len(hostile_page.encode()) < 150_000
     assert 3_000_000 < len(page.encode()) < 6_000_000
 

@@ -157,13 +157,14 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
     }
     boot = _asset("report.js")
     plotly_js = None if cdn else _plotly_js()
-    script_src = [_csp_hash(boot)] + ([_plotly_cdn_url()] if cdn else [_csp_hash(plotly_js or "")])
+    plotly_hash = _csp_hash(_plotly_js())  # the CDN serves the same bytes: its integrity hash
+    script_src = [_csp_hash(boot)] + ([_plotly_cdn_url()] if cdn else [plotly_hash])
     csp = ("default-src 'none'; script-src " + " ".join(script_src) +
            "; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'")
     template = _environment().get_template("report.html")
     return template.render(**context, plots=plots.plots, csp=csp, css=Markup(_asset("report.css")),
                            boot_js=Markup(boot), plotly_js=Markup(plotly_js) if plotly_js else None,
-                           plotly_cdn=_plotly_cdn_url() if cdn else None)
+                           plotly_cdn=_plotly_cdn_url() if cdn else None, plotly_sri=plotly_hash.strip("'"))
 
 
 def write_atomic(text: str, output: Path) -> Path:
