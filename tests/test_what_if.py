@@ -256,3 +256,19 @@ def test_collectives_outside_every_step_do_not_break_the_estimate() -> None:
                        (500, 600, 0, 7, NCCL, "communication", "all_reduce", 2)], [(500, 100, 100, 2)])
     w = estimate_comm_free([outside[0], inside[0]], [outside[1], inside[1]], None)
     assert w.comm_free_step_saving_ns == 100 and "note" in w.details["ranks"]["0"]
+
+
+def test_project_fixture_prefill_serial_within_25_percent() -> None:
+    """The project's own 2×H200 fixtures (another configuration of the same workload, fixtures/README.md):
+    prefill_serial from Kineto and from nsys against its measured with/without-all-reduce step times."""
+    from conftest import FIXTURES
+
+    truth = FIXTURES / "truth"
+    med = [json.loads((truth / f"prefill_serial{tag}_rank{r}.json").read_text())["step_ms_median"]
+           for tag in ("", "_nocomm") for r in (0, 1)]
+    slowest = max(med[:2]) - max(med[2:])
+    kineto = _summary([FIXTURES / "kineto" / "tp2_prefill_serial" / f"rank{r}.json.gz" for r in (0, 1)])
+    nsys = _summary([FIXTURES / "nsys" / "tp2_prefill_serial.sqlite"])
+    for s in (kineto, nsys):
+        assert s.what_if.basis == "gpu_transfer"
+        assert abs(s.what_if.comm_free_step_saving_ns / 1e6 / slowest - 1) <= 0.25
