@@ -265,3 +265,13 @@ def test_method_notes_report_busy_time_outside_steps() -> None:
     assert notes["excluded"] == ["rank 0 · GPU 0: 3.000 µs (12.5 % of busy time) lies outside the 3 steps "
                                  "(warm-up, profiler flush); per-step figures leave it out, window totals include it."]
     assert notes["precedence"] is None and notes["sources"][0]["steps"] == "profiler_step"
+
+
+def test_page_without_traces_or_optional_parts() -> None:
+    traces = make_traces()
+    summary = make_summary(traces)
+    summary.cross_rank, summary.power, summary.gpu_metrics, summary.findings = None, None, None, []
+    page = render_html(summary, (), cdn=True)
+    assert "No timeline: the traces were not available to the renderer." in page
+    assert "Single rank: no cross-rank comparison." in page and "No findings." in page
+    assert "No GPU metric samples in the trace and no power log given (--gpu-log)." in page

@@ -113,7 +113,7 @@ def _timelines(summary: Summary, traces: Sequence[Trace], plots: _Figures) -> li
     budget = max(min(MAX_RECTS, TOTAL_RECTS // max(len(drawn), 1)), 1000)  # keeps the page light with many GPUs
     for ds in drawn:
         trace = by_path.get(ds.trace) or next(
-            (t for t in traces if ds.device in {d.device for d in t.devices}), None)
+            (t for t in traces if ds.rank in t.ranks and ds.device in {d.device for d in t.devices}), None)
         if trace is None:
             continue
         fig, facts = timeline_figure(trace, ds, escape=plot_text, max_rects=budget)
