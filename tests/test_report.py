@@ -273,5 +273,6 @@ def test_page_without_traces_or_optional_parts() -> None:
     summary.cross_rank, summary.power, summary.gpu_metrics, summary.findings = None, None, None, []
     page = render_html(summary, (), cdn=True)
     assert "No timeline: the traces were not available to the renderer." in page
-    assert "Single rank: no cross-rank comparison." in page and "No findings." in page
+    assert "No cross-rank comparison (one rank, or no collective matched across ranks)." in page
+    assert "No findings." in page
     assert "No GPU metric samples in the trace and no power log given (--gpu-log)." in page
