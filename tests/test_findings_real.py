@@ -110,6 +110,16 @@ def test_public_before_after_pair_reports_sendrecv_on_compute_stream(shared_data
         assert all("SendRecv" in n for n in found.evidence["kernels"])
 
 
+# --- comm_compute_contention -------------------------------------------------------------------------------------
+
+def test_overlapped_runs_report_contention_and_serial_runs_do_not(shared_data: Path):
+    for summary in (_kineto(shared_data, "prefill_overlap"), _summary([FIXTURES / "kineto" / "tp2_prefill_overlap"])):
+        found = _found(summary, "comm_compute_contention")
+        assert found is not None and found.evidence["overlap_pct"] >= 50
+        assert 0.5 * MS < found.impact_ns_per_step < 3 * MS
+    assert _found(_kineto(shared_data, "prefill_serial"), "comm_compute_contention") is None
+
+
 # --- exposed_communication, straggler_wait -----------------------------------------------------------------------
 
 def test_exposed_communication_in_serial_prefill_with_per_rank_wait(shared_data: Path):

@@ -256,3 +256,38 @@ def _bandwidth_finding(dev: DeviceSummary, big: pd.DataFrame, median_bw: float, 
         recommendation="Check the transport (P2P/NVLink enabled? NCCL_P2P_DISABLE, PCIe through host memory), "
                        "NCCL algorithm/protocol and channel count; with overlap, SM contention slows NCCL too.",
         evidence=evidence)
+
+
+def comm_compute_contention(ctx: FindingContext) -> list[Finding]:
+    """Overlapped collectives that slow down the compute kernels running beside them (NCCL shares the SMs and
+    memory bandwidth): overlap hides the transfer but is not free.
+
+    Impact: the what-if estimate's ``contention_ns`` (compute kernels' extra time while communication runs beside
+    them, against the same kernel's median with nothing beside it) of the rank that limits the step most often."""
+    t = ctx.thresholds
+    details = ctx.summary.what_if.details
+    ranks = details.get("ranks") or {}
+    limiting = list((details.get("limiting_rank_by_step") or {}).values())
+    if not ranks or not limiting:
+        return []
+    rank = str(max(set(limiting), key=limiting.count))
+    contention = int(ranks.get(rank, {}).get("contention_ns") or 0)
+    dev = next((d for d in ctx.summary.devices if str(d.rank) == rank), None)
+    if dev is None or (dev.overlap_pct or 0.0) < t.contention_overlap_min_pct or not ctx.worth_reporting(dev,
+                                                                                                        contention):
+        return []
+    pct = ctx.pct_of_step(dev, contention)
+    counts = count_per_step(ctx, dev, ctx.collectives(dev))
+    return [Finding(
+        id="comm_compute_contention",
+        title=f"{kinds_text(counts)} per step overlap compute on rank {dev.rank} ({dev.overlap_pct:.0f}% hidden) but "
+              f"slow the kernels beside them: {ms(contention)}/step ({pct:.0f}%) of extra compute time",
+        impact_ns_per_step=contention, impact_pct_of_step=pct, severity=severity(pct),
+        recommendation="Give NCCL fewer SMs (NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS), use copy-engine or symmetric-"
+                       "memory collectives, or overlap communication with memory-bound rather than compute-bound "
+                       "kernels.",
+        evidence={"rank": dev.rank, "device": dev.device, "overlap_pct": dev.overlap_pct,
+                  "collectives_per_step": counts, "contention_ns_by_rank": {r: v.get("contention_ns") for r, v in
+                                                                            ranks.items()},
+                  "what_if_ns": ctx.summary.what_if.comm_free_step_saving_ns, "source": "what_if.details"},
+    )]

@@ -25,6 +25,7 @@ class FindingThresholds:
 
     exposed_comm_min_pct: float = 5.0  # exposed communication worth reporting
     serialized_overlap_max_pct: float = 5.0  # "serialized": comm shares the compute stream and hides < this
+    contention_overlap_min_pct: float = 50.0  # comm this much hidden is "overlapped": its cost is contention
     small_message_max_bytes: int = 1 << 20  # one-shot / custom all-reduce territory
     oneshot_latency_ns: int = 8_000  # fixed cost assumed for a one-shot all-reduce on NVLink
     straggler_wait_min_pct: float = 5.0  # per-step exposed wait on a slower rank worth reporting
