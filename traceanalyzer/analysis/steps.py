@@ -6,12 +6,15 @@ Sources, first that applies:
 2. ``ProfilerStep#N``: the CPU ``profiler_step`` ranges projected to the GPU, widened to Kineto's GPU-side
    ``gpu_user_annotation`` ``ProfilerStep*`` range of the same step when the trace has one per step (the hull:
    the annotation alone can cover a sliver of the step); the annotations alone when nothing is projected.
-3. Detected from the kernel-name sequence of the device's busiest stream: the *anchor* is the kernel name whose
+3. A well-known step range (``WELL_KNOWN_STEP``: ``step``, ``train_step``, ``iteration``, ``decode_step``,
+   ``step_12``…; the outermost family when several match), projected to the GPU as in 1. nsys exports hold the
+   whole run, warm-up included, so a range the program put around its timed steps is better than detection.
+4. Detected from the kernel-name sequence of the device's busiest stream: the *anchor* is the kernel name whose
    occurrences repeat with the longest regular spacing (the step period in kernels); each period is cut before the
    kernel that follows the largest GPU gap at the phase where the median gap is largest (searched within ±5% of
    the period, so steps of slightly varying kernel counts are cut at their real boundary). Steps whose kernel
    count is more than 10% off the typical one (warm-up, a partial step at either end) are dropped.
-4. One step covering the whole span.
+5. One step covering the whole span.
 
 **GPU projection** of a CPU range ``[a, b)``: the kernels and memory operations whose launching API call (joined
 on correlation id, same process, same thread when the range has one) starts in ``[a, b)``; the projected window
@@ -31,6 +34,11 @@ from .activity import DeviceActivity
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
 _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
+#: NVTX / record_function names taken as steps when there is no ProfilerStep and no ``--step-range``:
+#: step, iteration, iter, optionally prefixed train/training/eval/decode/prefill and suffixed by a step number
+#: (``step``, ``train_step``, ``training_step``, ``decode_step``, ``iteration 12``, ``step_3``, ``step#3``)
+WELL_KNOWN_STEP = re.compile(r"^(?:(?:train|training|eval|decode|prefill)[ _]?)?(?:step|iteration|iter)"
+                             r"(?:[ _#:]?\d+)?$", re.IGNORECASE)
 
 
 def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pids: np.ndarray,
@@ -124,7 +132,7 @@ def _projected(act: DeviceActivity, ranges: pd.DataFrame, source: str, numbers: 
 
 
 def _profiler_steps(act: DeviceActivity) -> pd.DataFrame | None:
-    cpu = ranges_named(act, pattern=_STEP_NUMBER, kinds=("profiler_step", "user_annotation", "cpu_op"))
+    cpu = ranges_named(act, pattern=_STEP_NUMBER, kinds=("profiler_step", "user_annotation", "cpu_op", "nvtx"))
     cpu = cpu[cpu["device"] < 0]
     numbers = cpu["name"].astype(str).str.extract(_STEP_NUMBER, expand=False).astype(np.int64).to_numpy()
     gpu = ranges_named(act, pattern=re.compile(r"^ProfilerStep"), kinds=("gpu_user_annotation",))
@@ -231,19 +239,44 @@ def detect_steps(act: DeviceActivity) -> pd.DataFrame | None:
     return _frame(np.arange(len(cuts)), w_start, w_end, "detected")
 
 
+def _named_steps(act: DeviceActivity, named: pd.DataFrame, label: str) -> pd.DataFrame | None:
+    """Step windows from ranges of one name family: the device's GPU-side ranges, else CPU ranges projected."""
+    numbers = named["name"].astype(str).str.extract(r"(\d+)\s*$", expand=False)
+    gpu = named["device"] == act.device
+    part = gpu if gpu.any() else named["device"] < 0
+    nums = numbers[part]
+    # numbered names (step_3) keep their numbers when they tell the steps apart, else steps count from 0
+    usable = len(nums) > 0 and nums.notna().all() and nums.is_unique
+    ids = nums.astype(np.int64).to_numpy() if usable else np.arange(int(part.sum()))
+    if gpu.any():
+        start, end = _disjoint(named["start_ns"][gpu].to_numpy(), named["end_ns"][gpu].to_numpy())
+        return _frame(ids, start, end, label)
+    return _projected(act, named[part], label, ids)
+
+
+def _well_known_steps(act: DeviceActivity) -> pd.DataFrame | None:
+    """Steps from a well-known step range name (see ``WELL_KNOWN_STEP``); of several name families, the one
+    whose ranges last longest (the outermost, e.g. ``train_step`` around ``step``)."""
+    named = ranges_named(act, pattern=WELL_KNOWN_STEP, kinds=("nvtx", "user_annotation", "gpu_user_annotation"))
+    if len(named) == 0:
+        return None
+    family = named["name"].astype(str).str.replace(r"[ _#:]?\d+$", "", regex=True).str.lower()
+    duration = (named["end_ns"] - named["start_ns"]).groupby(family).median()
+    best = str(duration.sort_values(ascending=False, kind="stable").index[0])
+    chosen = named[family == best]
+    label = str(chosen["name"].iloc[0]) if chosen["name"].nunique() == 1 else best
+    return _named_steps(act, chosen, f"nvtx:{label}")
+
+
 def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:
     """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order."""
     found: pd.DataFrame | None = None
     if step_range:
-        named = ranges_named(act, name=step_range)
-        gpu = named[named["device"] == act.device]
-        if len(gpu):
-            start, end = _disjoint(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
-            found = _frame(np.arange(len(gpu)), start, end, f"nvtx:{step_range}")
-        else:
-            found = _projected(act, named, f"nvtx:{step_range}", None)
+        found = _named_steps(act, ranges_named(act, name=step_range), f"nvtx:{step_range}")
     if found is None:
         found = _profiler_steps(act)
+    if found is None and not step_range:
+        found = _well_known_steps(act)
     if found is None:
         found = detect_steps(act)
     if found is None or len(found) == 0:
