@@ -15,8 +15,12 @@ from .errors import ExitCode, TraceAnalyzerError
 _TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 _RULES = click.option("--rules", type=click.Path(path_type=Path), default=None,
                       help="TOML file of extra classification rules (checked before the defaults).")
-_JOBS = click.option("--jobs", "-j", type=int, default=1, show_default=True,
+_JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Load rank files in this many worker processes.")
+
+_STEP_RANGE = click.option("--step-range", default=None,
+                           help="NVTX/record_function range name that marks a step (default: ProfilerStep#N, else a "
+                                "range named step, train_step, iteration…, else detected from the kernel sequence).")
 
 
 def _emit_json(payload: Any) -> None:
@@ -72,7 +76,7 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @click.option("--hta-compat", is_flag=True, help="HolisticTraceAnalysis 0.5.0 conventions (µs, last step dropped).")
 @_RULES
 @_JOBS
-@click.option("--step-range", default=None, help="NVTX range name that marks a step (default: ProfilerStep).")
+@_STEP_RANGE
 @click.option("--layer-pattern", default=r"layer_?\d+", show_default=True,
               help="Regex of NVTX range names that mark layers.")
 @click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
@@ -113,7 +117,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
               help="HTML file to write (default: reports/<first trace name>.html).")
 @_RULES
 @_JOBS
-@click.option("--step-range", default=None, help="NVTX range name that marks a step (default: ProfilerStep).")
+@_STEP_RANGE
 @click.option("--layer-pattern", default=r"layer_?\d+", show_default=True,
               help="Regex of NVTX range names that mark layers.")
 @click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
