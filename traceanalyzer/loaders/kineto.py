@@ -22,8 +22,8 @@ import numpy as np
 from ..errors import CorruptFileError
 from ..trace import DeviceInfo, StringPool, Trace
 from . import KINETO, ProgressFn, file_size
-from .kineto_read import Document, Event, decode, decode_exact_times, read_bytes
-from .kineto_tables import as_int, build_tables
+from .kineto_read import Args, Batch, Document, Event, SplitFailed, read_bytes, split_events
+from .kineto_tables import as_int, build_tables, dims_product
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 
 # Complete-event categories turned into table rows (everything else is only counted).
@@ -49,7 +49,9 @@ class Complete:
     correlation: np.ndarray
     external_id: np.ndarray
     bytes: np.ndarray
-    events: list[Event]  # the decoded structs, for the few per-row extras (grid/block, collective args)
+    grid: np.ndarray  # x*y*z of kernels' args.grid (-1 elsewhere)
+    block: np.ndarray
+    comm_args: dict[int, Args]  # row → args, for CPU ops / annotations with a "Collective name"
 
     def rows(self, category: str) -> np.ndarray:
         return np.flatnonzero(self.cat == USED_CATEGORIES.index(category))
@@ -63,17 +65,16 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     """
     size = max(file_size(path), 1)  # progress units: reading is the first half, decoding + tables the second
     data = read_bytes(path, progress=(lambda done, total: progress(done, 2 * size)) if progress else None)
-    doc = decode(data, path)
-    if progress:
-        progress(size * 3 // 2, 2 * size)
-    events = doc.traceEvents
-    cats = _Codes([e.cat for e in events])
-    index, sub = _select(events, cats)
-    start_ns, dur_ns, time_path = _times(sub, index, data, path)
-    del data  # the structs hold all that is needed from here on
+    doc, batches = split_events(data, path)
     pool = StringPool()
-    complete = _columns(sub, index, cats, pool, start_ns, dur_ns)
-    rank, warnings = _rank(doc, events, cats, path)
+    try:
+        events = _Events.collect(batches, path, size, progress)
+    except SplitFailed:  # a cut was not between two events: one batch of the whole document
+        doc, batches = split_events(data, path, batch_bytes=len(data) + 1)
+        events = _Events.collect(batches, path, size, progress)
+    del data, batches
+    complete = events.complete(pool)
+    rank, warnings = _rank(doc, events.metadata, path)
     built = build_tables(complete, pool, rank, tables)
     kernel_devices = sorted({int(d) for d in np.unique(built["kernels"]["device"])})
     trace = Trace(
@@ -82,8 +83,9 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
         tool_version=_tool_version(doc), schema_version=_text(doc.schemaVersion),
         base_time_ns=_int_or_none(doc.baseTimeNanoseconds),
         world_size=_int_or_none(doc.distributedInfo.world_size) if doc.distributedInfo else None,
-        raw_counts=_raw_counts(cats, len(events)),
-        capabilities={"timestamp_conversion": time_path, "has_distributed_info": doc.distributedInfo is not None,
+        raw_counts=_raw_counts(events.cat_counts, events.n_events),
+        capabilities={"timestamp_conversion": events.time_path,
+                      "has_distributed_info": doc.distributedInfo is not None,
                       "has_base_time": doc.baseTimeNanoseconds is not None},
         warnings=warnings,
     )
@@ -92,75 +94,155 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     return trace
 
 
-# -- events → columns ---------------------------------------------------------------------------------------
+# -- events → columns, batch by batch -------------------------------------------------------------------------
 
 
-class _Codes:
-    """Integer codes of one string field, with the distinct values (sorted, so ids are deterministic)."""
+class _Interner:
+    """Dense integer codes of strings across batches (first-seen order)."""
 
-    def __init__(self, values: list[str]) -> None:
-        self.values = sorted(set(values))
-        lookup = {v: i for i, v in enumerate(self.values)}
-        self.codes = np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
 
-    def mask(self, *wanted: str) -> np.ndarray:
-        return np.isin(self.codes, [self.values.index(w) for w in wanted if w in self.values])
+    def codes(self, values: list[str]) -> np.ndarray:
+        ids = self.ids
+        for new in sorted(set(values).difference(ids)):
+            ids[new] = len(ids)
+        return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def count(self, *wanted: str) -> int:
-        return int(self.mask(*wanted).sum())
-
-
-def _select(events: list[Event], cats: _Codes) -> tuple[np.ndarray, list[Event]]:
-    """Positions and structs of the complete (``ph == "X"``) events of the used categories."""
-    used = np.flatnonzero(cats.mask(*USED_CATEGORIES))
-    candidates = [events[i] for i in used.tolist()]
-    is_complete = np.fromiter(map("X".__eq__, map(attrgetter("ph"), candidates)), dtype=bool, count=len(used))
-    if is_complete.all():
-        return used, candidates
-    return used[is_complete], list(compress(candidates, is_complete.tolist()))
+    def code_of(self, *wanted: str) -> list[int]:
+        return [self.ids[w] for w in wanted if w in self.ids]
 
 
-def _times(sub: list[Event], index: np.ndarray, data: bytearray, path: Path) -> tuple[np.ndarray, np.ndarray, str]:
-    """Exact (start_ns, dur_ns) and which conversion path was used (see ``kineto_time``)."""
-    start_ns = us_to_ns([e.ts for e in sub])
-    dur_ns = us_to_ns([e.dur for e in sub])
-    for what, col in (("ts", start_ns), ("dur", dur_ns)):
-        if isinstance(col, MissingTimes):
-            raise CorruptFileError(path, f"not a valid Kineto trace: complete event $.traceEvents[{index[col.first]}]"
-                                   f" has no \"{what}\" ({col.count} such events)")
-    if isinstance(start_ns, np.ndarray) and isinstance(dur_ns, np.ndarray):
-        return start_ns, dur_ns, "float64-exact"
-    exact = decode_exact_times(data)
-    picked = [exact[i] for i in index.tolist()]
-    try:
-        if not isinstance(start_ns, np.ndarray):
-            start_ns = decimal_us_to_ns([t.ts for t in picked])
-        if not isinstance(dur_ns, np.ndarray):
-            dur_ns = decimal_us_to_ns([t.dur for t in picked])
-    except (OverflowError, InvalidOperation):
-        raise CorruptFileError(path, "not a valid Kineto trace: a timestamp is beyond ±292 years in ns") from None
-    return start_ns, dur_ns, "decimal-exact"
+@dataclass
+class _Missing:
+    """Complete events without ``ts`` or ``dur``: how many, and the index of the first in ``traceEvents``."""
+
+    first: int = -1
+    count: int = 0
 
 
-def _columns(sub: list[Event], index: np.ndarray, cats: _Codes, pool: StringPool, start_ns: np.ndarray,
-             dur_ns: np.ndarray) -> Complete:
-    cat_of = np.array([USED_CATEGORIES.index(c) if c in USED_CATEGORIES else -1 for c in cats.values] or [-1],
-                      dtype=np.int8)
-    cat = cat_of[cats.codes[index]]
-    args = [e.args for e in sub]
-    names = _Codes([e.name for e in sub])
-    name_ids = pool.intern_many(names.values) if names.values else np.zeros(0, np.int32)
-    # device/stream/bytes are read only where used: GPU activities (CPU ops are the bulk of a trace)
-    gpu = np.flatnonzero(np.isin(cat, [USED_CATEGORIES.index(c) for c in GPU_CATEGORIES]))
-    gpu_args = [args[i] for i in gpu.tolist()]
-    return Complete(
-        cat=cat, start_ns=start_ns, end_ns=start_ns + dur_ns,
-        pid=_ids(sub, "pid"), tid=_ids(sub, "tid"), name_id=name_ids[names.codes],
-        device=_scatter(len(sub), gpu, _ids(gpu_args, "device")),
-        stream=_scatter(len(sub), gpu, _ids(gpu_args, "stream")),
-        correlation=_ids(args, "correlation"), external_id=_ids(args, "external_id"),
-        bytes=_scatter(len(sub), gpu, _ids(gpu_args, "bytes")), events=sub,
-    )
+class _Events:
+    """Column pieces of the used complete events, appended batch by batch (the structs are dropped after each)."""
+
+    def __init__(self) -> None:
+        self.cats, self.names = _Interner(), _Interner()
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.comm_args: dict[int, Args] = {}
+        self.metadata: list[tuple[str, Any]] = []  # (process_name | process_labels, text), file order
+        self.cat_counts: dict[str, int] = {}
+        self.n_events = self.n_rows = 0
+        self.missing = {"ts": _Missing(), "dur": _Missing()}
+        self.time_path = "float64-exact"
+
+    @classmethod
+    def collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None) -> _Events:
+        out = cls()
+        for i, batch in enumerate(batches):
+            out.add(batch, path)
+            if progress:
+                progress(size + size * (i + 1) // (2 * len(batches)), 2 * size)
+        for what, miss in out.missing.items():
+            if miss.count:
+                raise CorruptFileError(path, f"not a valid Kineto trace: complete event $.traceEvents[{miss.first}]"
+                                       f" has no \"{what}\" ({miss.count} such events)")
+        return out
+
+    def add(self, batch: Batch, path: Path) -> None:
+        """Append the columns of one batch's used complete events."""
+        events = batch.events()
+        cat_codes = self.cats.codes([e.cat for e in events])
+        for cat, count in zip(self.cats.ids, np.bincount(cat_codes, minlength=len(self.cats.ids)).tolist(),
+                              strict=True):
+            self.cat_counts[cat] = self.cat_counts.get(cat, 0) + count
+        self._metadata(events, cat_codes)
+        used = np.flatnonzero(np.isin(cat_codes, self.cats.code_of(*USED_CATEGORIES)))
+        candidates = [events[i] for i in used.tolist()]
+        is_complete = np.fromiter(map("X".__eq__, map(attrgetter("ph"), candidates)), dtype=bool,
+                                  count=len(used))
+        index, sub = (used, candidates) if is_complete.all() else \
+            (used[is_complete], list(compress(candidates, is_complete.tolist())))
+        del events, candidates
+        start_ns, dur_ns = self._times(sub, index, batch, path)
+        cat_of = np.full(len(self.cats.ids) + 1, -1, dtype=np.int8)
+        for j, c in enumerate(USED_CATEGORIES):
+            if c in self.cats.ids:
+                cat_of[self.cats.ids[c]] = j
+        cat = cat_of[cat_codes[index]]
+        self._append(sub, cat, start_ns, dur_ns)
+        self.n_events += len(cat_codes)
+
+    def _metadata(self, events: list[Event], cat_codes: np.ndarray) -> None:
+        for i in np.flatnonzero(cat_codes == self.cats.ids.get("", -1)).tolist():  # metadata has no category
+            meta = events[i]
+            if meta.ph == "M" and meta.name in ("process_name", "process_labels"):
+                self.metadata.append((meta.name, meta.args.name if meta.name == "process_name" else meta.args.labels))
+
+    def _times(self, sub: list[Event], index: np.ndarray, batch: Batch, path: Path) -> tuple[Any, Any]:
+        """Exact (start_ns, dur_ns) of one batch (see ``kineto_time``)."""
+        start_ns = us_to_ns([e.ts for e in sub])
+        dur_ns = us_to_ns([e.dur for e in sub])
+        for what, col in (("ts", start_ns), ("dur", dur_ns)):
+            if isinstance(col, MissingTimes):
+                miss = self.missing[what]
+                miss.first = int(index[col.first]) + self.n_events if miss.first < 0 else miss.first
+                miss.count += col.count
+        if isinstance(start_ns, MissingTimes) or isinstance(dur_ns, MissingTimes):
+            return np.zeros(len(sub), np.int64), np.zeros(len(sub), np.int64)  # the error is raised at the end
+        if isinstance(start_ns, np.ndarray) and isinstance(dur_ns, np.ndarray):
+            return start_ns, dur_ns
+        self.time_path = "decimal-exact"
+        exact = batch.exact_times()
+        picked = [exact[i] for i in index.tolist()]
+        try:
+            if not isinstance(start_ns, np.ndarray):
+                start_ns = decimal_us_to_ns([t.ts for t in picked])
+            if not isinstance(dur_ns, np.ndarray):
+                dur_ns = decimal_us_to_ns([t.dur for t in picked])
+        except (OverflowError, InvalidOperation):
+            raise CorruptFileError(path, "not a valid Kineto trace: a timestamp is beyond ±292 years in ns") \
+                from None
+        return start_ns, dur_ns
+
+    def _append(self, sub: list[Event], cat: np.ndarray, start_ns: np.ndarray, dur_ns: np.ndarray) -> None:
+        args = [e.args for e in sub]
+        # device/stream/bytes are read only where used: GPU activities (CPU ops are the bulk of a trace)
+        gpu = np.flatnonzero(np.isin(cat, [USED_CATEGORIES.index(c) for c in GPU_CATEGORIES]))
+        gpu_args = [args[i] for i in gpu.tolist()]
+        kernels = np.flatnonzero(cat == USED_CATEGORIES.index("kernel"))
+        kernel_args = [args[i] for i in kernels.tolist()]
+        columns = {
+            "cat": cat, "start_ns": start_ns, "end_ns": start_ns + dur_ns,
+            "pid": _ids(sub, "pid"), "tid": _ids(sub, "tid"), "name_code": self.names.codes([e.name for e in sub]),
+            "device": _scatter(len(sub), gpu, _ids(gpu_args, "device")),
+            "stream": _scatter(len(sub), gpu, _ids(gpu_args, "stream")),
+            "correlation": _ids(args, "correlation"), "external_id": _ids(args, "external_id"),
+            "bytes": _scatter(len(sub), gpu, _ids(gpu_args, "bytes")),
+            "grid": _scatter(len(sub), kernels, dims_product([a.grid for a in kernel_args])),
+            "block": _scatter(len(sub), kernels, dims_product([a.block for a in kernel_args])),
+        }
+        for name, col in columns.items():
+            self.parts.setdefault(name, []).append(col)
+        cpu = np.flatnonzero(np.isin(cat, [USED_CATEGORIES.index("cpu_op"), USED_CATEGORIES.index("user_annotation")]))
+        for i in cpu.tolist():
+            if args[i].collective is not None:
+                self.comm_args[self.n_rows + i] = args[i]
+        self.n_rows += len(sub)
+
+    def complete(self, pool: StringPool) -> Complete:
+        """All batches' columns joined; names interned into ``pool`` in sorted order (deterministic ids)."""
+        cols = {name: np.concatenate(parts) for name, parts in self.parts.items()} if self.parts else \
+            {name: np.zeros(0, np.int8 if name == "cat" else np.int64) for name in _COLUMNS}
+        names = sorted(self.names.ids)
+        ids = pool.intern_many(names) if names else np.zeros(0, np.int32)
+        by_code = np.zeros(len(names), np.int32)
+        by_code[[self.names.ids[n] for n in names]] = ids
+        name_code = cols.pop("name_code").astype(np.int64)
+        return Complete(**cols, name_id=by_code[name_code] if len(name_code) else np.zeros(0, np.int32),
+                        comm_args=self.comm_args)
+
+
+_COLUMNS = ("cat", "start_ns", "end_ns", "pid", "tid", "name_code", "device", "stream", "correlation", "external_id",
+            "bytes", "grid", "block")
 
 
 def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -181,16 +263,13 @@ def _ids(items: list[Any], field: str) -> np.ndarray:
 # -- metadata -------------------------------------------------------------------------------------------------
 
 
-def _rank(doc: Document, events: list[Event], cats: _Codes, path: Path) -> tuple[int, list[str]]:
+def _rank(doc: Document, metadata: list[tuple[str, Any]], path: Path) -> tuple[int, list[str]]:
     """Rank from distributedInfo, else process metadata (``rank N``), else the file name; ``-1`` + a warning."""
     if doc.distributedInfo is not None and (rank := _int_or_none(doc.distributedInfo.rank)) is not None:
         return rank, []
-    for i in np.flatnonzero(cats.mask("")).tolist():  # metadata events have no category
-        meta = events[i]
-        if meta.ph == "M" and meta.name in ("process_name", "process_labels"):
-            text = meta.args.name if meta.name == "process_name" else meta.args.labels
-            if isinstance(text, str) and (m := _RANK_IN_TEXT.search(text)):
-                return int(m.group(1)), []
+    for _, text in metadata:
+        if isinstance(text, str) and (m := _RANK_IN_TEXT.search(text)):
+            return int(m.group(1)), []
     for pattern in (_RANK_IN_TEXT, _RANK_IN_FILENAME):
         if m := pattern.search(path.name):
             return int(m.group(1)), []
@@ -223,17 +302,20 @@ def _tool_version(doc: Document) -> str:
     return ", ".join(parts)
 
 
-def _raw_counts(cats: _Codes, n_events: int) -> dict[str, int]:
+def _raw_counts(cat_counts: dict[str, int], n_events: int) -> dict[str, int]:
+    def count(*cats: str) -> int:
+        return sum(cat_counts.get(c, 0) for c in cats)
+
     return {
-        "kernels": cats.count("kernel"),
-        "memcpy": cats.count("gpu_memcpy"),
-        "memset": cats.count("gpu_memset"),
-        "nvtx_ranges": cats.count("user_annotation", "gpu_user_annotation"),
+        "kernels": count("kernel"),
+        "memcpy": count("gpu_memcpy"),
+        "memset": count("gpu_memset"),
+        "nvtx_ranges": count("user_annotation", "gpu_user_annotation"),
         "gpu_metrics_samples": 0,
         "events": n_events,
-        "cpu_ops": cats.count("cpu_op"),
-        "runtime_calls": cats.count("cuda_runtime", "cuda_driver"),
-        "flows_ac2g": cats.count("ac2g"),
+        "cpu_ops": count("cpu_op"),
+        "runtime_calls": count("cuda_runtime", "cuda_driver"),
+        "flows_ac2g": count("ac2g"),
     }
 
 

@@ -128,6 +128,11 @@ class ExactDocument(msgspec.Struct, gc=False):
 
 _DECODER = msgspec.json.Decoder(Document)
 _EXACT_DECODER = msgspec.json.Decoder(ExactDocument)
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_EXACT_EVENTS_DECODER = msgspec.json.Decoder(list[ExactTimes])
+BATCH_BYTES = 16 << 20  # JSON text per event batch: bounds the decoded structs alive at once
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_BOUNDARY = re.compile(rb"\}[ \t\n\r]*(,)[ \t\n\r]*\{")  # between two events (validated by decoding each piece)
 
 
 # -- bytes -----------------------------------------------------------------------------------------------------
@@ -214,12 +219,86 @@ def decode(data: bytearray, path: Path) -> Document:
         raise _decode_error(path, body, str(exc)) from None
 
 
-def decode_exact_times(data: bytearray) -> list[ExactTimes]:
+class SplitFailed(Exception):
+    """A piece of a split trace did not decode: decode the whole document instead (see :func:`split_events`)."""
+
+
+class Batch:
+    """Consecutive events of ``traceEvents``: JSON text, either a run of events or a whole document."""
+
+    def __init__(self, text: bytes | bytearray | memoryview, *, document: bool,
+                 events: list[Event] | None = None) -> None:
+        self.text, self.document, self._events = text, document, events
+
+    def events(self) -> list[Event]:
+        """The decoded events (decoded once, here); :class:`SplitFailed` when the text is not a run of events."""
+        events = self._events
+        if events is None:
+            events = _try_decode(_EVENTS_DECODER, self._json())
+            if events is None:
+                raise SplitFailed
+        self._events = []  # the caller owns them now: freed with its last reference
+        return events
+
+    def exact_times(self) -> list[ExactTimes]:
+        """``ts``/``dur`` of the same events as exact Decimals."""
+        return decode_exact_times(self.text) if self.document else _EXACT_EVENTS_DECODER.decode(self._json())
+
+    def _json(self) -> bytes:
+        return b"[" + bytes(self.text) + b"]"
+
+
+def split_events(data: bytearray, path: Path, batch_bytes: int | None = None) -> tuple[Document, list[Batch]]:
+    """The top-level fields and ``traceEvents`` in batches of about ``batch_bytes`` of JSON, decoded lazily.
+
+    Pieces are cut between two events (``}`` ``,`` ``{``) and each is decoded on its own: the prefix up to the
+    array as ``prefix + "]}"``, the middle pieces as ``"[" + piece + "]"``, the last with the rest of the document
+    as ``'{"traceEvents":[' + rest``. Concatenated, the pieces are the file, so when every piece decodes the
+    events are exactly the file's. A piece that does not decode means a cut was not between events (or the file
+    is malformed): the batch raises :class:`SplitFailed` and the caller must use :func:`decode`, which reports the
+    real error. The head (its ``traceEvents`` empty) and the last batch are decoded here.
+    """
+    body = _strip_bom(data)
+    if _NON_SPACE.search(body) is None:
+        raise CorruptFileError(path, "empty trace: the file holds no JSON")
+    found = _EVENTS_KEY.search(body)
+    head = _try_decode(_DECODER, bytes(body[:found.end()]) + b"]}") if found else None
+    if found is None or head is None:
+        return _whole(data, path)
+    pieces, start, step = [], found.end(), batch_bytes or BATCH_BYTES
+    while (m := _EVENT_BOUNDARY.search(body, start + step)) is not None:
+        pieces.append(Batch(body[start:m.start() + 1], document=False))  # up to the "}", lazily decoded
+        start = m.start(1) + 1  # after the comma
+    tail_text = b'{"traceEvents":[' + bytes(body[start:])
+    tail = _try_decode(_DECODER, tail_text)
+    if tail is None:
+        return _whole(data, path)
+    for field in head.__struct_fields__:
+        if field != "traceEvents" and getattr(tail, field) is not None:
+            setattr(head, field, getattr(tail, field))
+    head.traceEvents = []
+    return head, [*pieces, Batch(tail_text, document=True, events=tail.traceEvents)]
+
+
+def _try_decode(decoder: msgspec.json.Decoder, text: bytes) -> Any:
+    try:
+        return decoder.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+def _whole(data: bytearray, path: Path) -> tuple[Document, list[Batch]]:
+    doc = decode(data, path)
+    events, doc.traceEvents = doc.traceEvents, []
+    return doc, [Batch(data, document=True, events=events)]
+
+
+def decode_exact_times(data: bytearray | memoryview | bytes) -> list[ExactTimes]:
     """``ts``/``dur`` of every event as exact Decimals (same order as ``decode``'s events)."""
     return _EXACT_DECODER.decode(_strip_bom(data)).traceEvents
 
 
-def _strip_bom(data: bytearray) -> memoryview:
+def _strip_bom(data: bytearray | memoryview | bytes) -> memoryview:
     view = memoryview(data)
     return view[3:] if data[:3] == b"\xef\xbb\xbf" else view
 

@@ -46,12 +46,11 @@ def build_tables(c: Complete, pool: StringPool, rank: int, tables: frozenset[str
 
 def _kernels(c: Complete, pool: StringPool, rank: int) -> Table:
     rows = c.rows("kernel")
-    args = [c.events[i].args for i in rows.tolist()]
     return Table.from_columns(
         "kernels", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
         device=_or(c.device[rows], c.pid[rows]), stream=_or(c.stream[rows], c.tid[rows]),
         correlation=c.correlation[rows], external_id=c.external_id[rows], name_id=c.name_id[rows],
-        grid=_dims_product([a.grid for a in args]), block=_dims_product([a.block for a in args]),
+        grid=c.grid[rows], block=c.block[rows],
     )
 
 
@@ -110,7 +109,7 @@ def _collectives(c: Complete, pool: StringPool, rank: int) -> Table:
     """``record_param_comms`` CPU ops with collective args (else ``nccl:*`` ops with them, else ``nccl:*``
     annotations by name alone, sizes unknown). ``wait`` entries that torch records are kept as rows."""
     cpu = np.sort(np.concatenate([c.rows("cpu_op"), c.rows("user_annotation")]))
-    with_args = np.array([i for i in cpu.tolist() if c.events[i].args.collective is not None], dtype=np.int64)
+    with_args = np.array(sorted(c.comm_args), dtype=np.int64)
     names = c.name_id[with_args]
     comms_id = pool.get("record_param_comms")
     rows = with_args[names == comms_id] if np.any(names == comms_id) else with_args
@@ -126,7 +125,7 @@ def _collectives(c: Complete, pool: StringPool, rank: int) -> Table:
 
 
 def _collectives_from_args(c: Complete, pool: StringPool, rank: int, rows: np.ndarray) -> Table:
-    args = [c.events[i].args for i in rows.tolist()]
+    args = [c.comm_args[i] for i in rows.tolist()]
     in_nelems = np.array([as_int(a.in_nelems) for a in args], dtype=np.int64)
     dtypes = [a.dtype if isinstance(a.dtype, str) else None for a in args]
     size = np.array([DTYPE_BYTES.get(d, -1) if d else -1 for d in dtypes], dtype=np.int64)
@@ -161,7 +160,7 @@ def _map_names(ids: np.ndarray, pool: StringPool, fn: Callable[[str], str]) -> n
     return mapped[inverse]
 
 
-def _dims_product(dims: list[Any]) -> np.ndarray:
+def dims_product(dims: list[Any]) -> np.ndarray:
     """x*y*z of grid/block lists; ``-1`` where absent or not a list of integers."""
     if all(type(d) is list and len(d) == 3 for d in dims):
         try:
