@@ -82,6 +82,8 @@ def test_fixture_serial_prefill_matches_its_truth_and_overlap_does_not_fire(tmp_
     found = _found(serial, "comm_serialized_with_compute")
     assert found is not None and abs(found.impact_ns_per_step / MS - truth) < 0.6
     assert found.evidence["collectives_per_step"] == {"allreduce": 8}  # 4 layers × 2, warm-up excluded
+    default = _found(_summary([FIXTURES / "nsys" / "tp2_prefill_serial.sqlite"]), "comm_serialized_with_compute")
+    assert default is not None and default.evidence["collectives_per_step"] == {"allreduce": 8}  # steps found alone
     unpacked = tmp_path / "tp2_prefill_overlap.sqlite"
     with lzma.open(FIXTURES / "nsys" / "tp2_prefill_overlap.sqlite.xz") as src, unpacked.open("wb") as dst:
         shutil.copyfileobj(src, dst)
