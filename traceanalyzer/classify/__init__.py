@@ -28,7 +28,8 @@ EXCLUSIVE_PRECEDENCE: tuple[str, ...] = (
 
 
 def read_names(path: Path | str) -> list[str]:
-    """Kernel names, one per line, from a file (``-`` = stdin); blank lines are skipped."""
+    """Kernel names, one per line, from a file (``-`` = stdin); blank lines are skipped. Raises BadInputError for
+    a missing/unreadable file, non-UTF-8 or binary data, or no names at all."""
     label = str(path)
     try:
         if label == "-":
@@ -46,7 +47,12 @@ def read_names(path: Path | str) -> list[str]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadInputError(label, f"not UTF-8 text (byte {exc.start})") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    if "\x00" in text:
+        raise BadInputError(label, f"binary data (NUL byte at {text.index(chr(0))}), expected kernel names as text")
+    names = [line.strip() for line in text.splitlines() if line.strip()]
+    if not names:
+        raise BadInputError(label, "no kernel names (the input is empty)", "give one kernel name per line")
+    return names
 
 
 def classify_names(names: list[str], rules: Path | str | None = None) -> list[KernelClass]:
