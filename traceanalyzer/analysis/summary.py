@@ -158,14 +158,18 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
 
     _check_pattern(layer_pattern)
     traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    if not any(len(t.kernels) for t in traces):
-        first = traces[0] if traces else None
-        where = first.path if first is not None and len(traces) == 1 else ", ".join(str(p) for p in paths)
-        hint = _empty_hint(traces)
-        raise EmptyTraceError(where, "no kernel activity in the trace", hint)
+    require_kernels(traces, paths)
     options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
                              jobs=jobs)
     return summarize(traces, options)
+
+
+def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
+    """Raise EmptyTraceError (naming the file, and a missing nsys kernel table) when no trace has kernels."""
+    if any(len(t.kernels) for t in traces):
+        return
+    where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
+    raise EmptyTraceError(where, "no kernel activity in the trace", _empty_hint(list(traces)))
 
 
 def _empty_hint(traces: list[Trace]) -> str:
