@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import CorruptFileError
 from ..trace import DeviceInfo, StringPool, Trace
 from . import KINETO, ProgressFn, file_size
-from .kineto_read import Args, Batch, Document, Event, SplitFailed, read_bytes, split_events
+from .kineto_read import Args, Batch, Document, Event, SplitFailed, decode_whole, read_bytes, split_events
 from .kineto_tables import as_int, build_tables, dims_product
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 
@@ -69,8 +69,8 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     pool = StringPool()
     try:
         events = _Events.collect(batches, path, size, progress)
-    except SplitFailed:  # a cut was not between two events: one batch of the whole document
-        doc, batches = split_events(data, path, batch_bytes=len(data) + 1)
+    except SplitFailed:  # a cut was not between two events (or the file is malformed): the whole document
+        doc, batches = decode_whole(data, path)
         events = _Events.collect(batches, path, size, progress)
     del data, batches
     complete = events.complete(pool)

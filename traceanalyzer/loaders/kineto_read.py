@@ -7,9 +7,11 @@ trace decodes in ~2.7 s of CPU here, where ``json.loads`` needs ~11 s). Every fa
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -20,7 +22,7 @@ import msgspec
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from . import GZIP_MAGIC, ProgressFn
 
-READ_CHUNK = 8 << 20  # bytes read (or decompressed) per step; progress is reported after each
+READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each
 MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
 _NON_SPACE = re.compile(rb"\S")
 
@@ -138,8 +140,13 @@ _EVENT_BOUNDARY = re.compile(rb"\}[ \t\n\r]*(,)[ \t\n\r]*\{")  # between two eve
 # -- bytes -----------------------------------------------------------------------------------------------------
 
 
-def read_bytes(path: Path, *, progress: ProgressFn | None = None, limits: GzipLimits | None = None) -> bytearray:
-    """The JSON text of ``path`` (gunzipped when it starts with the gzip magic), reporting progress in bytes."""
+def read_bytes(path: Path, *, progress: ProgressFn | None = None,
+               limits: GzipLimits | None = None) -> bytearray | mmap.mmap:
+    """The JSON text of ``path`` (gunzipped when it starts with the gzip magic), reporting progress in bytes.
+
+    A plain file is mapped copy-on-write rather than read: no copy of the text, and the few bytes the batch
+    decoder patches in place (see :class:`Batch`) never reach the file.
+    """
     try:
         with open(path, "rb") as fh:
             total = os.fstat(fh.fileno()).st_size
@@ -147,26 +154,12 @@ def read_bytes(path: Path, *, progress: ProgressFn | None = None, limits: GzipLi
             fh.seek(0)
             if head == GZIP_MAGIC:
                 return _gunzip(fh, path, total, progress, (limits or GzipLimits()).limit_for(total))
-            return _read_plain(fh, total, progress)
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) if total else bytearray()
+            if progress:
+                progress(total, total)
+            return data
     except OSError as exc:
         raise BadInputError(path, f"cannot read: {exc.strerror or exc}") from None
-
-
-def _read_plain(fh: Any, total: int, progress: ProgressFn | None) -> bytearray:
-    buf = bytearray(total)
-    view = memoryview(buf)
-    done = 0
-    while done < total:
-        got = fh.readinto(view[done:done + READ_CHUNK])
-        if not got:
-            break
-        done += got
-        if progress:
-            progress(done, total)
-    view.release()
-    if done < total:
-        del buf[done:]
-    return buf
 
 
 def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit: int) -> bytearray:
@@ -206,7 +199,7 @@ def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit:
 # -- decoding --------------------------------------------------------------------------------------------------
 
 
-def decode(data: bytearray, path: Path) -> Document:
+def decode(data: bytearray | mmap.mmap, path: Path) -> Document:
     """Typed decode of the whole trace; any JSON or type problem becomes a one-line ``BadInputError``."""
     body = _strip_bom(data)
     if _NON_SPACE.search(body) is None:
@@ -224,9 +217,11 @@ class SplitFailed(Exception):
 
 
 class Batch:
-    """Consecutive events of ``traceEvents``: JSON text, either a run of events or a whole document."""
+    """Consecutive events of ``traceEvents``: either a whole document, or a run of events in the file's buffer
+    whose neighbouring bytes (the ``[`` or ``,`` before, the byte after the last ``}``) are briefly patched to
+    ``[`` and ``]`` to decode it in place, without a copy."""
 
-    def __init__(self, text: bytes | bytearray | memoryview, *, document: bool,
+    def __init__(self, text: bytes | bytearray | memoryview | mmap.mmap, *, document: bool,
                  events: list[Event] | None = None) -> None:
         self.text, self.document, self._events = text, document, events
 
@@ -234,7 +229,7 @@ class Batch:
         """The decoded events (decoded once, here); :class:`SplitFailed` when the text is not a run of events."""
         events = self._events
         if events is None:
-            events = _try_decode(_EVENTS_DECODER, self._json())
+            events = self._framed(lambda view: _try_decode(_EVENTS_DECODER, view))
             if events is None:
                 raise SplitFailed
         self._events = []  # the caller owns them now: freed with its last reference
@@ -242,13 +237,23 @@ class Batch:
 
     def exact_times(self) -> list[ExactTimes]:
         """``ts``/``dur`` of the same events as exact Decimals."""
-        return decode_exact_times(self.text) if self.document else _EXACT_EVENTS_DECODER.decode(self._json())
+        if self.document:
+            return decode_exact_times(self.text)
+        exact: list[ExactTimes] = self._framed(_EXACT_EVENTS_DECODER.decode)
+        return exact
 
-    def _json(self) -> bytes:
-        return b"[" + bytes(self.text) + b"]"
+    def _framed(self, decode: Callable[[memoryview], Any]) -> Any:
+        view = memoryview(self.text)
+        saved = view[0], view[-1]
+        view[0], view[-1] = ord("["), ord("]")
+        try:
+            return decode(view)
+        finally:
+            view[0], view[-1] = saved
 
 
-def split_events(data: bytearray, path: Path, batch_bytes: int | None = None) -> tuple[Document, list[Batch]]:
+def split_events(data: bytearray | mmap.mmap, path: Path,
+                 batch_bytes: int | None = None) -> tuple[Document, list[Batch]]:
     """The top-level fields and ``traceEvents`` in batches of about ``batch_bytes`` of JSON, decoded lazily.
 
     Pieces are cut between two events (``}`` ``,`` ``{``) and each is decoded on its own: the prefix up to the
@@ -264,15 +269,15 @@ def split_events(data: bytearray, path: Path, batch_bytes: int | None = None) ->
     found = _EVENTS_KEY.search(body)
     head = _try_decode(_DECODER, bytes(body[:found.end()]) + b"]}") if found else None
     if found is None or head is None:
-        return _whole(data, path)
+        return decode_whole(data, path)
     pieces, start, step = [], found.end(), batch_bytes or BATCH_BYTES
     while (m := _EVENT_BOUNDARY.search(body, start + step)) is not None:
-        pieces.append(Batch(body[start:m.start() + 1], document=False))  # up to the "}", lazily decoded
+        pieces.append(Batch(body[start - 1:m.start() + 2], document=False))  # "[" or "," … "}" + one byte
         start = m.start(1) + 1  # after the comma
     tail_text = b'{"traceEvents":[' + bytes(body[start:])
     tail = _try_decode(_DECODER, tail_text)
     if tail is None:
-        return _whole(data, path)
+        return decode_whole(data, path)
     for field in head.__struct_fields__:
         if field != "traceEvents" and getattr(tail, field) is not None:
             setattr(head, field, getattr(tail, field))
@@ -287,18 +292,19 @@ def _try_decode(decoder: msgspec.json.Decoder, text: bytes) -> Any:
         return None
 
 
-def _whole(data: bytearray, path: Path) -> tuple[Document, list[Batch]]:
+def decode_whole(data: bytearray | mmap.mmap, path: Path) -> tuple[Document, list[Batch]]:
+    """:func:`decode` as a head (``traceEvents`` empty) and one batch of every event."""
     doc = decode(data, path)
     events, doc.traceEvents = doc.traceEvents, []
     return doc, [Batch(data, document=True, events=events)]
 
 
-def decode_exact_times(data: bytearray | memoryview | bytes) -> list[ExactTimes]:
+def decode_exact_times(data: bytearray | memoryview | bytes | mmap.mmap) -> list[ExactTimes]:
     """``ts``/``dur`` of every event as exact Decimals (same order as ``decode``'s events)."""
     return _EXACT_DECODER.decode(_strip_bom(data)).traceEvents
 
 
-def _strip_bom(data: bytearray | memoryview | bytes) -> memoryview:
+def _strip_bom(data: bytearray | memoryview | bytes | mmap.mmap) -> memoryview:
     view = memoryview(data)
     return view[3:] if data[:3] == b"\xef\xbb\xbf" else view
 
