@@ -116,3 +116,14 @@ def test_summary_options_carry_thresholds_and_disabled_rules():
     ids = _ids(summarize(traces, opts))
     assert "exposed_communication" not in ids and "nccl_small_messages" not in ids
     assert "comm_serialized_with_compute" in ids
+
+
+def test_every_rule_is_registered_and_documented():
+    from pathlib import Path
+
+    from traceanalyzer.findings import RULE_IDS, _registry
+
+    assert tuple(_registry()) == RULE_IDS
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "FINDINGS.md").read_text(encoding="utf-8")
+    assert all(f"### `{rule}`" in doc for rule in RULE_IDS)
+    assert all(f"`{name}`" in doc for name in FindingThresholds.__dataclass_fields__)

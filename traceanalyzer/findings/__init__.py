@@ -1,8 +1,9 @@
 """Findings: deterministic rules that turn the numbers into a diagnosis with impact per step and evidence.
 
-Each rule is a pure function ``rule(ctx) -> list[Finding]`` registered in ``RULES``; ``run_findings`` runs them
-all and sorts the findings by impact (largest first; findings without a time impact last). Thresholds are
-parameters (:class:`FindingThresholds`) with documented defaults.
+Each rule is a pure function ``rule(ctx) -> list[Finding]`` registered in ``_registry`` (ids in ``RULE_IDS``);
+``run_findings`` runs them all and sorts the findings by impact (largest first; findings without a time impact
+last). Thresholds are parameters (:class:`FindingThresholds`) with documented defaults; docs/FINDINGS.md documents
+every rule: what it detects, how its impact is computed, its thresholds.
 """
 
 from __future__ import annotations
