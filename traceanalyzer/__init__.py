@@ -26,6 +26,21 @@ def summary(traces_or_paths: Any, **options: Any) -> Any:
     return _summary(traces_or_paths, **options)
 
 
+def report(paths: Any, **options: Any) -> Any:
+    """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``
+    (see ``traceanalyzer.report.report`` for the options: ``output``, ``rules``, ``step_range``, ``cdn``, ...)."""
+    from .report import report as _report
+
+    return _report(list(paths) if isinstance(paths, (list, tuple)) else [paths], **options)
+
+
+def classify_names(names: list[str], rules: Any = None) -> Any:
+    """Classify kernel names into buckets (see ``traceanalyzer.classify.classify_names``)."""
+    from .classify import classify_names as _classify_names
+
+    return _classify_names(names, rules=rules)
+
+
 __all__ = [
     "BadInputError",
     "DeviceInfo",
@@ -35,9 +50,11 @@ __all__ = [
     "Trace",
     "TraceAnalyzerError",
     "__version__",
+    "classify_names",
     "detect_format",
     "info",
     "load",
     "load_many",
+    "report",
     "summary",
 ]
