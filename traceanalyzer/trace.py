@@ -77,13 +77,16 @@ class Table:
     @classmethod
     def from_columns(cls, name: str, n: int, **values: Any) -> Table:
         """Declared columns cast to their dtypes; columns not given are ``-1``; extra columns are kept."""
-        cols = empty_columns(name, n)
+        cols = empty_columns(name, 0)  # the declared dtypes, in order; filled below
         for key, val in values.items():
             dtype = cols[key].dtype if key in cols else None
             arr = np.asarray(val, dtype=dtype)
             if arr.ndim == 0:
                 arr = np.full(n, arr, dtype=arr.dtype)
             cols[key] = arr
+        for key, col in cols.items():
+            if key not in values:
+                cols[key] = np.full(n, np.nan if col.dtype.kind == "f" else -1, dtype=col.dtype)
         return cls(name, cols)
 
     def __len__(self) -> int:
@@ -107,7 +110,8 @@ class Table:
 
     def sorted_by(self, *keys: str) -> Table:
         """Rows ordered by the given columns (first key most significant), stable."""
-        order = np.lexsort([self.columns[k] for k in reversed(keys)])
+        order = np.argsort(self.columns[keys[0]], kind="stable") if len(keys) == 1 else \
+            np.lexsort([self.columns[k] for k in reversed(keys)])
         return self.take(order)
 
     @staticmethod

@@ -53,8 +53,11 @@ def device_pairs(trace: Trace) -> list[tuple[int, int]]:
     k = trace.kernels
     if len(k) == 0:
         return []
-    pairs = np.unique(np.c_[k["rank"].astype(np.int64), k["device"].astype(np.int64)], axis=0)
-    return [(int(r), int(d)) for r, d in pairs]
+    rank, device = k["rank"], k["device"]
+    ranks = np.unique(rank)
+    if len(ranks) == 1:  # the usual case (one file, one rank): no row-wise unique over all kernels
+        return [(int(ranks[0]), int(d)) for d in np.unique(device)]
+    return [(int(r), int(d)) for r in ranks for d in np.unique(device[rank == r])]
 
 
 def trace_meta(trace: Trace) -> TraceMeta:

@@ -105,8 +105,11 @@ class _Interner:
 
     def codes(self, values: list[str]) -> np.ndarray:
         ids = self.ids
-        for new in sorted(set(values).difference(ids)):
-            ids[new] = len(ids)
+        try:  # later batches rarely bring new strings: skip building their set
+            return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
+        except KeyError:
+            for new in sorted(set(values).difference(ids)):
+                ids[new] = len(ids)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
     def code_of(self, *wanted: str) -> list[int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -162,12 +161,12 @@ def _map_names(ids: np.ndarray, pool: StringPool, fn: Callable[[str], str]) -> n
 
 def dims_product(dims: list[Any]) -> np.ndarray:
     """x*y*z of grid/block lists; ``-1`` where absent or not a list of integers."""
-    if all(type(d) is list and len(d) == 3 for d in dims):
-        try:
-            flat = np.fromiter(chain.from_iterable(dims), dtype=np.int64, count=3 * len(dims))
-            return flat.reshape(len(dims), 3).prod(axis=1)
-        except (TypeError, ValueError):  # not all integers
-            pass
+    try:
+        arr = np.array(dims)
+    except ValueError:  # ragged
+        arr = np.zeros(0)
+    if arr.dtype.kind in "iub" and arr.shape == (len(dims), 3):  # JSON arrays of three integers
+        return arr.astype(np.int64).prod(axis=1)
     return np.fromiter(map(_dims_one, dims), dtype=np.int64, count=len(dims))
 
 
