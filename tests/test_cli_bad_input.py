@@ -261,3 +261,10 @@ def test_console_script_exit_code_and_stderr(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         f"Error: {path}: not a trace: expected an nsys SQLite export (nsys export --type sqlite) or a Kineto "
         "JSON trace"]
+
+
+@pytest.mark.parametrize("option", [["--rules", "x.toml"], ["--step-range", "step"], ["--gpu-log", "x.csv"],
+                                    ["--layer-pattern", "blk"]])
+def test_hta_compat_refuses_options_it_would_ignore(capsys: pytest.CaptureFixture[str], option: list[str]) -> None:
+    code, _, err = run_cli(capsys, ["summary", "--hta-compat", *option, str(KINETO_DIR)])
+    assert code == 2 and err[-1] == f"Error: --hta-compat follows HTA's own conventions; drop {option[0]}"

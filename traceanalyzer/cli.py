@@ -13,9 +13,10 @@ from . import __version__
 from .errors import ExitCode, TraceAnalyzerError
 
 _TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+DEFAULT_LAYER_PATTERN = r"layer_?\d+"
 _RULES = click.option("--rules", type=click.Path(path_type=Path), default=None,
                       help="TOML file of extra classification rules (checked before the defaults).")
-_JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+_JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
                      help="Load rank files in this many worker processes.")
 
 _STEP_RANGE = click.option("--step-range", default=None,
@@ -32,15 +33,32 @@ def _emit_json(payload: Any) -> None:
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of errors (for bug reports).")
 @click.pass_context
 def cli(ctx: click.Context, traceback: bool) -> None:
-    """Explain GPU traces: kernel buckets, exposed communication, SM-idle during collectives, findings."""
+    """Explain GPU traces of LLM serving/training: kernel buckets, exposed communication (SM-idle during
+    collectives), cross-rank wait, findings.
+
+    TRACE files are nsys SQLite exports (nsys export --type sqlite) or PyTorch profiler (Kineto) JSON traces
+    (.json or .json.gz); a directory stands for the rank traces inside it.
+
+    \b
+    Examples:
+      traceanalyzer info rank0.json.gz
+      traceanalyzer summary traces/            # one file per rank
+      traceanalyzer report run.sqlite -o run.html
+
+    Exit codes: 0 ok, 1 internal error, 2 bad input (one line on stderr naming the file and the problem).
+    """
     ctx.obj = {"traceback": traceback}
 
 
-@cli.command()
+@cli.command(short_help="What a trace file holds: format, versions, devices, counts.")
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the info JSON contract.")
 def info(trace: Path, as_json: bool) -> None:
-    """What TRACE holds: format, tool/schema version, devices, activity counts."""
+    """What TRACE holds: format, tool and schema version, devices and ranks, raw activity counts.
+
+    Reads no more than it needs (fast on large exports). --json prints the info contract:
+    format, tool_version, schema_version, devices, counts.
+    """
     from .api import info as info_fn
 
     result = info_fn(trace)
@@ -53,12 +71,16 @@ def info(trace: Path, as_json: bool) -> None:
     print_info(trace, result)
 
 
-@cli.command()
+@cli.command(short_help="Classify kernel names into buckets.")
 @click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the classification JSON contract.")
 @_RULES
 def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
-    """Classify kernel names (one per line; '-' reads stdin) into buckets."""
+    """Put kernel names into buckets (moe_fp4_gemm, moe_gemm, gemm, attention, communication, memory, other).
+
+    NAMES_FILE holds one kernel name per line (UTF-8); '-' reads stdin. Prints bucket, sub-bucket, precision,
+    confidence and the matching rule per name, in input order.
+    """
     from .classify import classify_names, read_names
 
     results = classify_names(read_names(names_file), rules=rules)
@@ -70,33 +92,44 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
     print_classification(results)
 
 
-@cli.command()
+@cli.command(short_help="Time breakdown, exposed communication, cross-rank wait, findings.")
 @_TRACES
 @click.option("--json", "as_json", is_flag=True, help="Print the summary JSON contract.")
-@click.option("--hta-compat", is_flag=True, help="HolisticTraceAnalysis 0.5.0 conventions (µs, last step dropped).")
+@click.option("--hta-compat", is_flag=True,
+              help="HolisticTraceAnalysis 0.5.0 conventions (Kineto traces; µs, last step dropped; its own comm "
+                   "regex, so no --rules/--step-range/--layer-pattern/--gpu-log).")
 @_RULES
 @_JOBS
 @_STEP_RANGE
-@click.option("--layer-pattern", default=r"layer_?\d+", show_default=True,
+@click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
               help="Regex of NVTX range names that mark layers.")
 @click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
               help="nvidia-smi CSV log (power, clocks) to align with the trace.")
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Path | None, jobs: int,
             step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
-    """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings."""
+    """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
+
+    TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
+    per (rank, device); per-step numbers use the steps chosen as --step-range describes.
+    """
     from .progress import progress_bar
 
     if hta_compat:
         from .analysis.hta_compat import hta_compat as hta_fn
 
+        ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
+                                            ("--layer-pattern", layer_pattern != DEFAULT_LAYER_PATTERN)) if given]
+        if ignored:
+            raise click.UsageError(f"--hta-compat follows HTA's own conventions; drop {', '.join(ignored)}")
+
         with progress_bar("loading") as progress:
-            result = hta_fn(list(traces), progress=progress, jobs=jobs)
+            hta_result = hta_fn(list(traces), progress=progress, jobs=jobs)
         if as_json:
-            _emit_json(result.to_json())
+            _emit_json(hta_result.to_json())
         else:
             from .render.terminal import print_hta_compat
 
-            print_hta_compat(result)
+            print_hta_compat(hta_result)
         return
     from .analysis.summary import summarize_paths
 
@@ -111,21 +144,26 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
     print_summary(result)
 
 
-@cli.command()
+@cli.command(short_help="Terminal summary plus a self-contained HTML report.")
 @_TRACES
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (default: reports/<first trace name>.html).")
 @_RULES
 @_JOBS
 @_STEP_RANGE
-@click.option("--layer-pattern", default=r"layer_?\d+", show_default=True,
+@click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
               help="Regex of NVTX range names that mark layers.")
 @click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
               help="nvidia-smi CSV log (power, clocks) to align with the trace.")
 @click.option("--cdn", is_flag=True, help="Load plotly from its CDN instead of inlining it (smaller file).")
 def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jobs: int,
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, cdn: bool) -> None:
-    """Terminal summary plus a single self-contained HTML report."""
+    """The summary in the terminal plus one self-contained HTML report (charts, per-step, per-layer and
+    per-collective tables, findings).
+
+    The page works offline (plotly inlined) unless --cdn; it is written atomically, so a failed run leaves no
+    half-written file.
+    """
     from .progress import progress_bar
     from .report import report as report_fn
 
