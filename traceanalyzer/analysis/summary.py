@@ -192,8 +192,16 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
         return summarize(traces, SummaryOptions(**options))
     if traces:
         raise TypeError("pass either Trace objects or paths, not both")
-    keys = ("rules", "jobs", "step_range", "layer_pattern", "gpu_log", "progress")
-    unknown = set(options) - set(keys)
+    fields = set(SummaryOptions.__dataclass_fields__)
+    unknown = set(options) - fields - {"progress"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    return summarize_paths([p for p in items if isinstance(p, (str, Path))], **options)
+    from ..api import load_many
+
+    progress = options.pop("progress", None)
+    opts = SummaryOptions(**options)
+    _check_pattern(opts.layer_pattern)
+    paths = [p for p in items if isinstance(p, (str, Path))]
+    loaded = load_many(paths, rules=opts.rules, jobs=opts.jobs, progress=progress)
+    require_kernels(loaded, paths)
+    return summarize(loaded, opts)
