@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from kineto_samples import document, event, kernel, raw_number, sample_events, w
 
 import traceanalyzer as ta
 from traceanalyzer.errors import BadInputError
-from traceanalyzer.loaders import kineto_read, load_one
+from traceanalyzer.loaders import beside, kineto_read, load_one
 
 TABLES = ("kernels", "memops", "ranges", "api_calls", "collectives")
 
@@ -106,3 +107,41 @@ def test_a_malformed_middle_reports_the_whole_document_error(tmp_path: Path,
     with pytest.raises(BadInputError) as batched:
         load_one(path)
     assert str(batched.value) == str(whole.value) and "$.traceEvents[" in str(whole.value)
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_helper_process_gives_the_same_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             indent: int | None) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(document(many_events()), indent=indent))
+    monkeypatch.setenv(beside.PROCESSES_ENV, "1")
+    serial = load_with_batch(path, 700, monkeypatch)
+    monkeypatch.delenv(beside.PROCESSES_ENV)
+    assert_same(serial, load_with_batch(path, 700, monkeypatch))
+
+
+def test_missing_times_in_the_helpers_half_name_the_first_event(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    events = many_events()
+    late = [i for i, e in enumerate(events) if e.get("cat") == "kernel"][-5:]
+    for i in late:
+        del events[i]["ts"]
+    path = write(tmp_path / "t.json", document(events))
+    for batch_bytes in (700, 1 << 40):
+        monkeypatch.setattr(kineto_read, "BATCH_BYTES", batch_bytes)
+        with pytest.raises(BadInputError, match=rf"\$\.traceEvents\[{late[0]}\] has no \"ts\" \(5 such events\)"):
+            load_one(path)
+
+
+def test_run_beside_falls_back_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert beside.run_beside(lambda: 1, lambda: [2, os.getpid()])[1][0] == 2
+
+    def fails() -> None:
+        raise ValueError("from the helper's work")
+
+    with pytest.raises(ValueError, match="helper's work"):
+        beside.run_beside(lambda: 1, fails)
+    assert beside.run_beside(lambda: 1, lambda: (lambda: 3))[1]() == 3  # a lambda does not pickle: rerun here
+    monkeypatch.setenv(beside.PROCESSES_ENV, "1")
+    assert not beside.helper_allowed()
+    assert beside.run_beside(lambda: 1, os.getpid) == (1, os.getpid())

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import CorruptFileError
 from ..trace import DeviceInfo, StringPool, Trace
 from . import KINETO, ProgressFn, file_size
+from .beside import run_beside
 from .kineto_read import Args, Batch, Document, Event, SplitFailed, decode_whole, read_bytes, split_events
 from .kineto_tables import as_int, build_tables, dims_product
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
@@ -30,6 +31,7 @@ from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 USED_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
                    "user_annotation", "gpu_user_annotation", "python_function")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+HELPER_MIN_BATCHES = 4  # from this many event batches (~64 MB of JSON) a forked helper decodes half of them
 _RANK_IN_TEXT = re.compile(r"(?:^|[^a-z])rank[\s_:#=-]*(\d{1,6})(?!\d)", re.IGNORECASE)
 _RANK_IN_FILENAME = re.compile(r"[_-](\d{1,5})(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)
 
@@ -139,16 +141,49 @@ class _Events:
 
     @classmethod
     def collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None) -> _Events:
-        out = cls()
-        for i, batch in enumerate(batches):
-            out.add(batch, path)
-            if progress:
-                progress(size + size * (i + 1) // (2 * len(batches)), 2 * size)
+        """Columns of every batch; with many batches the second half is collected by a forked helper."""
+        half = len(batches) // 2 if len(batches) >= HELPER_MIN_BATCHES else len(batches)
+        if half < len(batches):
+            out, rest = run_beside(lambda: cls._collect(batches[:half], path, size, progress, len(batches)),
+                                   lambda: cls._collect(batches[half:], path, size, None, len(batches)))
+            out.extend(rest)
+        else:
+            out = cls._collect(batches, path, size, progress, len(batches))
         for what, miss in out.missing.items():
             if miss.count:
                 raise CorruptFileError(path, f"not a valid Kineto trace: complete event $.traceEvents[{miss.first}]"
                                        f" has no \"{what}\" ({miss.count} such events)")
         return out
+
+    @classmethod
+    def _collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None,
+                 total: int) -> _Events:
+        out = cls()
+        for i, batch in enumerate(batches):
+            out.add(batch, path)
+            if progress:
+                progress(size + size * (i + 1) // (2 * total), 2 * size)
+        return out
+
+    def extend(self, later: _Events) -> None:
+        """Append the columns of the events that follow this collection's (collected apart)."""
+        remap = self.names.codes(list(later.names.ids))  # later's codes → this collection's
+        for name, parts in later.parts.items():
+            mine = self.parts.setdefault(name, [])
+            mine.extend(remap[p] if name == "name_code" else p for p in parts)
+        self.comm_args.update({self.n_rows + row: args for row, args in later.comm_args.items()})
+        self.metadata += later.metadata
+        for cat, count in later.cat_counts.items():
+            self.cat_counts[cat] = self.cat_counts.get(cat, 0) + count
+        for what, miss in later.missing.items():
+            own = self.missing[what]
+            if miss.count and not own.count:
+                own.first = self.n_events + miss.first
+            own.count += miss.count
+        if later.time_path != "float64-exact":
+            self.time_path = later.time_path
+        self.n_events += later.n_events
+        self.n_rows += later.n_rows
 
     def add(self, batch: Batch, path: Path) -> None:
         """Append the columns of one batch's used complete events."""
