@@ -91,8 +91,8 @@ def test_gpu_side_profiler_step_annotation_is_used_directly():
     t = make_trace(kernels=[(50, 80, 0, 7, "gemm", "gemm"), (90, 95, 0, 7, "gemm", "gemm")],
                    ranges=[(0, 40, "profiler_step", "ProfilerStep#3"), (45, 100, "gpu_user_annotation",
                                                                             "ProfilerStep#3", 0)])
-    steps = step_windows(gather(t, 0, 0))
-    assert steps[["step", "start_ns", "end_ns", "source"]].values.tolist() == [[3, 45, 100, "profiler_step"]]
+    steps = step_windows(gather(t, 0, 0))  # the annotation (45..100), clipped to the device span (50..95)
+    assert steps[["step", "start_ns", "end_ns", "source"]].values.tolist() == [[3, 50, 95, "profiler_step"]]
 
 
 def test_user_step_range_and_overlapping_projection_made_disjoint():

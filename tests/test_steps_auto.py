@@ -18,11 +18,21 @@ def test_partial_gpu_step_annotation_is_widened_to_the_projected_step():
 
 
 def test_whole_gpu_step_annotation_is_kept():
+    # the annotation is wider than the projected kernel (50..80) and inside the device span (40..100)
     t = make_trace(
-        kernels=[(50, 80, 0, 7, "gemm", "gemm", None, 1)], api_calls=[(10, 12, 1)],
-        ranges=[(0, 40, "profiler_step", "ProfilerStep#3"), (49, 81, "gpu_user_annotation", "ProfilerStep#3", 0)])
+        kernels=[(40, 45, 0, 7, "gemm", "gemm"), (50, 80, 0, 7, "gemm", "gemm", None, 1),
+                 (95, 100, 0, 7, "gemm", "gemm")],
+        api_calls=[(10, 12, 1)],
+        ranges=[(0, 40, "profiler_step", "ProfilerStep#3"), (48, 85, "gpu_user_annotation", "ProfilerStep#3", 0)])
     steps = step_windows(gather(t, 0, 0))
-    assert steps[["step", "start_ns", "end_ns"]].values.tolist() == [[3, 49, 81]]
+    assert steps[["step", "start_ns", "end_ns"]].values.tolist() == [[3, 48, 85]]
+
+
+def test_step_windows_stay_inside_the_device_span():
+    # Kineto's µs-float GPU annotation can start 1 ns before the first kernel (seen in HTA's MI250 trace)
+    t = make_trace(kernels=[(50, 80, 0, 7, "gemm", "gemm"), (90, 95, 0, 7, "gemm", "gemm")],
+                   ranges=[(49, 96, "gpu_user_annotation", "ProfilerStep#3", 0)])
+    assert step_windows(gather(t, 0, 0))[["start_ns", "end_ns"]].values.tolist() == [[50, 95]]
 
 
 def _warmup_then_two_steps(step_names: list[str], extra_ranges: list[tuple] = ()) -> object:

@@ -19,7 +19,8 @@ Sources, first that applies:
 **GPU projection** of a CPU range ``[a, b)``: the kernels and memory operations whose launching API call (joined
 on correlation id, same process, same thread when the range has one) starts in ``[a, b)``; the projected window
 is [first start, last end] of that GPU work. Projected step windows are then made disjoint (a step ends no later
-than the next one starts), so per-step parts add up; time between steps belongs to no step.
+than the next one starts) and clipped to the device span, so per-step parts add up; time between steps belongs to
+no step.
 """
 
 from __future__ import annotations
@@ -279,8 +280,10 @@ def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataF
         found = _well_known_steps(act)
     if found is None:
         found = detect_steps(act)
+    lo, hi = act.span
     if found is None or len(found) == 0:
-        lo, hi = act.span
         found = _frame(np.zeros(1), np.array([lo]), np.array([hi]), "none")
+    # inside the device span: Kineto's µs-float GPU annotations can reach 1 ns beyond the first/last kernel
+    found = found.assign(start_ns=found["start_ns"].clip(lower=lo), end_ns=found["end_ns"].clip(upper=hi))
     found = found[found["end_ns"] > found["start_ns"]]
     return found.reset_index(drop=True)
