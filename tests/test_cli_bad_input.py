@@ -268,3 +268,13 @@ def test_console_script_exit_code_and_stderr(tmp_path: Path) -> None:
 def test_hta_compat_refuses_options_it_would_ignore(capsys: pytest.CaptureFixture[str], option: list[str]) -> None:
     code, _, err = run_cli(capsys, ["summary", "--hta-compat", *option, str(KINETO_DIR)])
     assert code == 2 and err[-1] == f"Error: --hta-compat follows HTA's own conventions; drop {option[0]}"
+
+
+@pytest.mark.parametrize("command", ["summary", "report"])
+def test_same_trace_twice_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
+    twice = KINETO_DIR / "rank1.json.gz"
+    out_html = tmp_path / "r.html"
+    argv = [command, *(["-o", str(out_html)] if command == "report" else []), str(KINETO_DIR), str(twice)]
+    code, _, err = run_cli(capsys, argv)
+    assert_one_error_line(code, err, twice, "given more than once")
+    assert not out_html.exists()

@@ -60,7 +60,8 @@ def detect_format(path: str | Path) -> str:
 def expand_paths(paths: list[str | Path]) -> list[Path]:
     """Files named directly, plus the trace files inside named directories (sorted, one level deep).
 
-    A directory must hold traces of a single format; hidden files and ``*.truth.json`` sidecars are skipped.
+    A directory must hold traces of a single format; hidden files and ``*.truth.json`` sidecars are skipped. A file
+    reached twice (named twice, or named and inside a named directory) is bad input: it would count as two ranks.
     """
     files: list[Path] = []
     for raw in paths:
@@ -81,6 +82,11 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
             raise BadInputError(p, f"directory mixes trace formats ({', '.join(sorted(formats))})",
                                 "pass the nsys exports and the Kineto traces separately")
         files.extend(inside)
+    seen: set[Path] = set()
+    for f in files:
+        if f.resolve() in seen:
+            raise BadInputError(f, "trace given more than once (each rank file may appear once)")
+        seen.add(f.resolve())
     return files
 
 
