@@ -14,6 +14,10 @@ from ..trace import Trace
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 
+# compressed containers a trace often travels in (gzip is read directly): magic → (name, unpack command)
+_ARCHIVES = {b"\xfd7zXZ\x00": ("xz", "xz -dk"), b"BZh": ("bzip2", "bunzip2 -k"),
+             b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"), b"PK\x03\x04": ("zip", "unzip")}
+
 NSYS = "nsys-sqlite"
 KINETO = "kineto-json"
 
@@ -52,6 +56,9 @@ def detect_format(path: str | Path) -> str:
         raise UnknownFormatError(p, "gzip file does not contain a JSON trace")
     if _first_json_byte(head) == b"{":
         return KINETO
+    for magic, (kind, unpack) in _ARCHIVES.items():
+        if head.startswith(magic):
+            raise UnknownFormatError(p, f"{kind}-compressed file", f"unpack it first ({unpack} {p.name})")
     raise UnknownFormatError(
         p, "not a trace: expected an nsys SQLite export (nsys export --type sqlite) or a Kineto JSON trace"
     )
