@@ -210,3 +210,11 @@ def test_python_api_end_to_end() -> None:
     assert len(s.devices) == 2 and s.to_json()["devices"][0]["span_ns"] > 0
     nsys = ta.load(NSYS_SERIAL)
     assert "bucket" in nsys.df("kernels").columns and sorted(set(nsys.ranks)) == [0, 1]
+
+
+def test_warnings_name_their_file_once(tmp_path: Path) -> None:
+    path = tmp_path / "norank.json"  # no distributedInfo: the Kineto loader warns, naming the file itself
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 5,
+                                                 "pid": 0, "tid": 7}]}))
+    warnings = ta.summary([str(path)]).to_json()["warnings"]
+    assert warnings and all(w.startswith("norank.json: ") and w.count("norank.json: ") == 1 for w in warnings)

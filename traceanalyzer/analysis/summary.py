@@ -138,8 +138,8 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     what_if_fn = _optional("analysis.what_if", "estimate_comm_free")
     what_if = what_if_fn(trace_list, devices, cross) if what_if_fn else \
         WhatIf(None, "gpu_transfer", {"reason": "not computed"})
-    warnings = [f"{Path(t.path).name}: {w}" for t in trace_list for w in t.warnings]
-    warnings += [f"{Path(d.trace).name}: {w}" for d in devices for w in d.extra.get("warnings", [])]
+    warnings = [_named(t.path, w) for t in trace_list for w in t.warnings]
+    warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
     result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
                      gpu_metrics=_gpu_metrics(trace_list))
     if opts.gpu_log is not None:
@@ -165,6 +165,12 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
     options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
                              jobs=jobs)
     return summarize(traces, options)
+
+
+def _named(path: PathLike, warning: str) -> str:
+    """The warning prefixed by its file's name, unless a loader already put the name first."""
+    name = Path(path).name
+    return warning if warning.startswith(f"{name}:") else f"{name}: {warning}"
 
 
 def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
