@@ -87,8 +87,6 @@ def ranges_named(act: DeviceActivity, *, name: str | None = None, pattern: re.Pa
     r = act.trace.ranges
     if len(r) == 0:
         return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "tid", "device", "kind", "name"])
-    names = act.trace.names(r["name_id"])
-    kind = act.trace.names(r["kind_id"])
     if name is not None:
         sel = r["name_id"] == act.trace.strings.get(name)
     elif pattern is not None:
@@ -96,12 +94,13 @@ def ranges_named(act: DeviceActivity, *, name: str | None = None, pattern: re.Pa
     else:
         sel = np.ones(len(r), dtype=bool)
     if kinds:
-        sel &= np.isin(kind.astype(str), kinds)
+        sel &= np.isin(r["kind_id"], [i for i in map(act.trace.strings.get, kinds) if i >= 0])
     on_gpu = r["device"] >= 0
     mine = np.where(on_gpu, r["device"] == act.device, np.isin(r["pid"], act.pids))
     sel &= mine & (r["end_ns"] >= r["start_ns"])
     out = pd.DataFrame({"start_ns": r["start_ns"][sel], "end_ns": r["end_ns"][sel], "pid": r["pid"][sel],
-                        "tid": r["tid"][sel], "device": r["device"][sel], "kind": kind[sel], "name": names[sel]})
+                        "tid": r["tid"][sel], "device": r["device"][sel],
+                        "kind": act.trace.names(r["kind_id"][sel]), "name": act.trace.names(r["name_id"][sel])})
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
