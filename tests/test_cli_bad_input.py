@@ -95,9 +95,7 @@ COMMANDS = {"info": ["info"], "info_json": ["info", "--json"], "summary": ["summ
             "report": ["report"]}
 # `info` describes what a file holds: a Kineto trace without kernels is answered (counts.kernels == 0), see below
 NOT_AN_ERROR = {("kineto_zero_kernels", "info"), ("kineto_zero_kernels", "info_json")}
-KNOWN_BUGS = {("kineto_zero_kernels", "hta_compat"):
-              "hta_compat: a Kineto trace without kernels gives exit 0 and all-null numbers (owner: HTA compat)",
-              ("nsys_without_kernel_table", "report"):
+KNOWN_BUGS = {("nsys_without_kernel_table", "report"):
               "report.py repeats summarize_paths' empty check without the missing-kernel-table hint; "
               "use analysis.summary.require_kernels (owner: HTML report)"}
 

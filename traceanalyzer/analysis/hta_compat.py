@@ -101,13 +101,16 @@ def hta_compat(paths: Sequence[str | Path], progress: ProgressFn | None = None, 
     for f in files:
         if detect_format(f) != KINETO:
             raise BadInputError(f, "--hta-compat reads PyTorch profiler (Kineto) traces, HTA's input; "
-                                   "this is an nsys export", "run summary without --hta-compat")
+                                   "this is an SQLite file", "run summary without --hta-compat")
     if jobs > 1 and len(files) > 1:
         from ..parallel import map_files
 
         traces = map_files(files, classify=False, jobs=jobs, progress=progress)
     else:
         traces = [load_one(f, progress=progress, tables=_TABLES) for f in files]
+    from .summary import require_kernels
+
+    require_kernels(traces, files)
     return hta_compat_traces(traces)
 
 

@@ -50,8 +50,10 @@ def _number(series: pd.Series) -> pd.Series:
 def read_power_log(path: str | Path, *, utc_offset_s: int = 0) -> PowerLog:
     """Parse an nvidia-smi CSV log (with or without units); raise BadInputError naming the file when unusable."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise BadInputError(p, "no such file (expected an nvidia-smi --format=csv log)")
+    if not p.is_file():
+        raise BadInputError(p, "is not a file (expected an nvidia-smi --format=csv log)")
     try:
         raw = pd.read_csv(p, skipinitialspace=True, dtype=str, encoding="utf-8")
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
