@@ -22,6 +22,10 @@ _JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show
 _STEP_RANGE = click.option("--step-range", default=None,
                            help="NVTX/record_function range name that marks a step (default: ProfilerStep#N, else a "
                                 "range named step, train_step, iteration…, else detected from the kernel sequence).")
+_LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
+                              help="Regex of NVTX range names that mark layers.")
+_GPU_LOG = click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
+                        help="nvidia-smi CSV log (power, clocks) to align with the trace.")
 
 
 def _emit_json(payload: Any) -> None:
@@ -101,10 +105,8 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @_RULES
 @_JOBS
 @_STEP_RANGE
-@click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
-              help="Regex of NVTX range names that mark layers.")
-@click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
-              help="nvidia-smi CSV log (power, clocks) to align with the trace.")
+@_LAYER_PATTERN
+@_GPU_LOG
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Path | None, jobs: int,
             step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
@@ -151,10 +153,8 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 @_RULES
 @_JOBS
 @_STEP_RANGE
-@click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
-              help="Regex of NVTX range names that mark layers.")
-@click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
-              help="nvidia-smi CSV log (power, clocks) to align with the trace.")
+@_LAYER_PATTERN
+@_GPU_LOG
 @click.option("--cdn", is_flag=True, help="Load plotly from its CDN instead of inlining it (smaller file).")
 def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jobs: int,
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, cdn: bool) -> None:
