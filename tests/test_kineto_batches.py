@@ -116,7 +116,7 @@ def test_helper_process_gives_the_same_trace(tmp_path: Path, monkeypatch: pytest
     path.write_text(json.dumps(document(many_events()), indent=indent))
     monkeypatch.setenv(beside.PROCESSES_ENV, "1")
     serial = load_with_batch(path, 700, monkeypatch)
-    monkeypatch.delenv(beside.PROCESSES_ENV)
+    monkeypatch.setenv(beside.PROCESSES_ENV, "2")
     assert_same(serial, load_with_batch(path, 700, monkeypatch))
 
 
@@ -127,6 +127,7 @@ def test_missing_times_in_the_helpers_half_name_the_first_event(tmp_path: Path,
     for i in late:
         del events[i]["ts"]
     path = write(tmp_path / "t.json", document(events))
+    monkeypatch.setenv(beside.PROCESSES_ENV, "2")
     for batch_bytes in (700, 1 << 40):
         monkeypatch.setattr(kineto_read, "BATCH_BYTES", batch_bytes)
         with pytest.raises(BadInputError, match=rf"\$\.traceEvents\[{late[0]}\] has no \"ts\" \(5 such events\)"):
@@ -134,7 +135,9 @@ def test_missing_times_in_the_helpers_half_name_the_first_event(tmp_path: Path,
 
 
 def test_run_beside_falls_back_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert beside.run_beside(lambda: 1, lambda: [2, os.getpid()])[1][0] == 2
+    monkeypatch.setenv(beside.PROCESSES_ENV, "2")
+    mine, theirs = beside.run_beside(lambda: os.getpid(), lambda: os.getpid())
+    assert theirs != mine == os.getpid()  # really computed in a helper
 
     def fails() -> None:
         raise ValueError("from the helper's work")

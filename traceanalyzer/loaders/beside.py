@@ -17,15 +17,24 @@ from typing import Any, BinaryIO, TypeVar
 
 A = TypeVar("A")
 B = TypeVar("B")
-PROCESSES_ENV = "TRACEANALYZER_DECODE_PROCESSES"  # "1": never fork a helper
+PROCESSES_ENV = "TRACEANALYZER_DECODE_PROCESSES"  # "1": never fork a helper; "2": always (where fork exists)
 
 
 def helper_allowed() -> bool:
-    """``fork`` exists, two CPUs are usable, not disabled, and not already inside a ``--jobs`` worker."""
-    if not hasattr(os, "fork") or os.environ.get(PROCESSES_ENV, "").strip() == "1":
+    """``fork`` exists and, unless forced by ``TRACEANALYZER_DECODE_PROCESSES=2``: not disabled (``=1``), not
+    already inside a ``--jobs`` worker, and a CPU looks free (1-minute load average below the usable CPUs - 0.5:
+    on a machine whose cores are all busy a helper only adds work)."""
+    setting = os.environ.get(PROCESSES_ENV, "").strip()
+    if not hasattr(os, "fork") or setting == "1":
         return False
+    if setting == "2":
+        return True
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cpus >= 2 and not multiprocessing.current_process().daemon
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return cpus >= 2 and load < cpus - 0.5 and not multiprocessing.current_process().daemon
 
 
 def run_beside(here: Callable[[], A], there: Callable[[], B]) -> tuple[A, B]:
