@@ -149,6 +149,24 @@ def test_contention_counts_compute_slowed_beside_communication() -> None:
     assert w.details["ranks"]["0"]["contention_ns"] == 60
 
 
+def test_dependency_latency_around_a_collective_counts_beyond_the_usual_gap() -> None:
+    # kernels queued back to back with 4 ns gaps; the all-reduce [320, 400) opens after a 20 ns gap and the next
+    # kernel follows after 10: 16 + 6 beyond the usual 4 ns gap, on top of the 80 ns transfer
+    kernels = [(0, 100, 0, 7, "gemm", "gemm", None, 1), (104, 200, 0, 7, "gemm", "gemm", None, 2),
+               (204, 300, 0, 7, "gemm", "gemm", None, 3), (320, 400, 0, 7, NCCL, "communication", "all_reduce", 4),
+               (410, 500, 0, 7, "gemm", "gemm", None, 5)]
+    api = [(-90_000, -80_000, i) for i in range(1, 6)]  # launched long before: queued, not launch-bound
+    one = _rank(0, kernels, [(320, 80, 80, 4)], api=api)
+    w = estimate_comm_free([one[0]], [one[1]], None)
+    assert w.comm_free_step_saving_ns == 80 + 16 + 6
+    assert w.details["ranks"]["0"]["dependency_latency_ns"] == 22
+
+
+def test_gap_before_a_launch_bound_collective_is_host_waiting_not_latency() -> None:
+    w = _estimate(_host_bound(0), _host_bound(1))
+    assert w.details["ranks"]["0"]["dependency_latency_ns"] == 0
+
+
 def test_no_communication_saves_nothing() -> None:
     trace, dev = _rank(0, [(0, 100, 0, 7, "gemm", "gemm")], [])
     w = estimate_comm_free([trace], [dev], None)
@@ -214,15 +232,19 @@ def test_overlap_estimate_within_25_percent(shared_data: Path) -> None:
 
 
 def test_cuda_graph_decode_is_gpu_bound(shared_data: Path) -> None:
-    """decode_serial_graphs has no no-comm twin run; the estimate must be the GPU transfer (no host issue cost
-    inside a graph) and small next to its 13.9 ms step."""
+    """decode_serial_graphs has no no-comm twin run; the estimate must be the GPU transfer plus the graph-node
+    latency around each NCCL kernel (no host issue cost inside a graph), small next to its 13.9 ms step."""
     kineto = shared_data / "h200" / "kineto"
     s = _summary([kineto / f"decode_serial_graphs_rank{r}.json.gz" for r in (0, 1)])
     assert s.what_if.basis == "gpu_transfer"
     assert s.cross_rank is not None
     transfer = s.cross_rank.transfer_ns_per_step
-    assert abs(s.what_if.comm_free_step_saving_ns - transfer) <= 0.1 * transfer
-    assert s.what_if.comm_free_step_saving_ns < 0.05 * s.devices[0].step_ns_median
+    saving = s.what_if.comm_free_step_saving_ns
+    limiting = s.what_if.details["ranks"][str(s.what_if.details["limiting_rank_by_step"]["3"])]
+    # 32 all-reduces with ~1.9 µs of node latency each beyond the usual 0.4 µs gap between kernels
+    assert 32 * 1_000 <= limiting["dependency_latency_ns"] <= 32 * 3_000
+    assert abs(saving - transfer - limiting["dependency_latency_ns"]) <= 0.1 * transfer
+    assert saving < 0.05 * s.devices[0].step_ns_median
 
 
 def test_nsys_prefill_serial_agrees_with_the_kineto_truth(shared_data: Path) -> None:
