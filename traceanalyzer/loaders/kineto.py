@@ -1,7 +1,8 @@
 """PyTorch profiler (Kineto) JSON / JSON.gz traces → normalized :class:`Trace`.
 
-Flow: bytes (``kineto_read``) → typed msgspec events → one columnar pass over the complete (``ph == "X"``)
-events of the categories used → per-table selections (``kineto_tables``). Times: ``ts``/``dur`` µs → exact
+Flow: bytes (``kineto_read``) → batches of typed msgspec events → per batch, columns of the complete
+(``ph == "X"``) events of the categories used (the structs are then dropped; with many batches a forked helper
+collects the second half, ``beside``) → per-table selections (``kineto_tables``). Times: ``ts``/``dur`` µs → exact
 integer ns (``kineto_time``) on the trace's own clock; ``base_time_ns`` (``baseTimeNanoseconds``, when the trace
 has it) turns them into UTC epoch ns: ``utc_ns = start_ns + base_time_ns``. Older traces have absolute epoch µs
 in ``ts`` and no base: there ``start_ns`` already is epoch ns and ``base_time_ns`` is ``None``.
