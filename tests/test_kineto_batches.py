@@ -148,3 +148,14 @@ def test_run_beside_falls_back_to_this_process(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(beside.PROCESSES_ENV, "1")
     assert not beside.helper_allowed()
     assert beside.run_beside(lambda: 1, os.getpid) == (1, os.getpid())
+
+
+def test_a_file_that_cannot_be_mapped_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path / "t.json", document(many_events(3)))
+    mapped = load_one(path)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("mmap not supported here")
+
+    monkeypatch.setattr(kineto_read.mmap, "mmap", refuse)
+    assert_same(mapped, load_with_batch(path, 500, monkeypatch))

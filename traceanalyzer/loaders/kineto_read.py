@@ -155,12 +155,20 @@ def read_bytes(path: Path, *, progress: ProgressFn | None = None,
             fh.seek(0)
             if head == GZIP_MAGIC:
                 return _gunzip(fh, path, total, progress, (limits or GzipLimits()).limit_for(total))
-            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) if total else bytearray()
+            data = _map(fh) if total else bytearray()
             if progress:
                 progress(total, total)
             return data
     except OSError as exc:
         raise BadInputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _map(fh: Any) -> mmap.mmap | bytearray:
+    """A private (copy-on-write) mapping of the file; its bytes read into memory where it cannot be mapped."""
+    try:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return bytearray(fh.read())
 
 
 def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit: int) -> bytearray:
