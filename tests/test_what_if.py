@@ -107,6 +107,20 @@ def test_host_bound_saving_is_the_host_time_of_issuing() -> None:
     assert r0["issue_source"] == "cpu_op" and r0["comm_launch_bound_pct"] == 100.0
 
 
+def test_nccl_only_range_is_widened_to_the_cuda_calls_of_the_issuing_call() -> None:
+    # nsys-like: NCCL's NVTX range covers only the NCCL call [298, 312); the user's "allreduce" range around the
+    # whole call also makes the stream-sync and work-end event calls: issue = first to last CUDA call, [250, 360)
+    kernels = [(0, 100, 0, 7, "gemm_a", "gemm", None, 1), (312, 322, 0, 7, NCCL, "communication", "all_reduce", 2),
+               (462, 560, 0, 7, "gemm_b", "gemm", None, 3)]
+    api = [(-50, -40, 1), (250, 255, 90, "cudaEventRecord"), (300, 310, 2, "cuLaunchKernelEx"),
+           (350, 360, 91, "cudaEventRecord"), (450, 460, 3)]
+    ranges = [(240, 400, "user_annotation", "allreduce"), (298, 312, "user_annotation", "ncclAllReduce")]
+    ranks = [_rank(r, kernels, [(312, 10, 10, 2)], api=api, ranges=ranges) for r in (0, 1)]
+    w = _estimate(*ranks)
+    assert w.comm_free_step_saving_ns == 360 - 250
+    assert w.basis == "host_launch"
+
+
 def test_host_saving_is_capped_by_the_gpu_waiting_that_follows() -> None:
     # gemm_b is launched at [385, 395) and starts at 397: after the all-reduce (ends 322) the GPU waits 75 only
     w = _estimate(_host_bound(0, next_launch=385), _host_bound(1, next_launch=385))

@@ -80,13 +80,21 @@ def issue_ranges(trace: Trace, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
                          thread: np.ndarray) -> np.ndarray:
-    """Index of the innermost range of the same thread containing each time ``t``, -1 if none. Ranges nest per
-    thread and are sorted as :func:`issue_ranges` returns them. Each thread gets its own stretch of one axis, so
+    """Index of the innermost range of the same thread containing each time ``t``, -1 if none (see
+    :func:`containing`)."""
+    return containing(starts, ends, threads, t, thread)[0]
+
+
+def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
+               thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indexes of the innermost and of the outermost range of the same thread containing each time ``t``, -1 if
+    none. Ranges nest per thread and are sorted as :func:`issue_ranges` returns them. Each thread gets its own
+    stretch of one axis, so
     no range of one thread can contain a time of another. From the latest range starting at or before ``t``,
     walk back (vectorized over all times) past ranges already closed; after ``MAX_WALK`` steps, the outermost
     range still open is taken."""
     if len(starts) == 0 or len(t) == 0:
-        return np.full(len(t), -1, dtype=np.int64)
+        return np.full(len(t), -1, dtype=np.int64), np.full(len(t), -1, dtype=np.int64)
     _, lane = np.unique(np.r_[threads, thread], return_inverse=True)
     lane = lane.ravel()
     t0 = int(min(starts.min(), t.min()))
@@ -104,7 +112,34 @@ def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarr
     pos = np.searchsorted(key[outermost], probe, side="right") - 1
     cand = outermost[np.maximum(pos, 0)]
     outer = np.where((pos >= 0) & (end[cand] > probe), cand, -1)
-    return np.where(found >= 0, found, outer)
+    return np.where(found >= 0, found, outer), outer
+
+
+def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """First start and last end of the CUDA API calls each range ``[start, end)`` of ``threads`` makes
+    (``-1, -1`` where it makes none)."""
+    api = trace.api_calls
+    none = np.full(len(starts), -1, dtype=np.int64)
+    if len(api) == 0 or len(starts) == 0:
+        return none, none.copy()
+    a_thread = thread_key(api["pid"], api["tid"])
+    _, lane = np.unique(np.r_[a_thread, threads], return_inverse=True)
+    lane = lane.ravel()
+    t0 = int(min(api["start_ns"].min(), starts.min()))
+    span = int(max(api["end_ns"].max(), ends.max()) - t0) + 1
+    key = _lift(api["start_ns"], lane[: len(api)], t0, span)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    a_end = np.maximum.accumulate(_lift(api["end_ns"], lane[: len(api)], t0, span)[order])
+    lo = _lift(starts, lane[len(api):], t0, span)
+    hi = _lift(ends, lane[len(api):], t0, span)
+    first = np.searchsorted(key, lo, side="left")
+    last = np.searchsorted(key, hi, side="left") - 1
+    ok = last >= first
+    base = lane[len(api):] * span - t0
+    return (np.where(ok, key[np.minimum(first, len(key) - 1)] - base, -1),
+            np.where(ok, np.minimum(a_end[np.maximum(last, 0)], hi) - base, -1))
 
 
 def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.ndarray
@@ -133,19 +168,29 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
 
     o_s, o_e, o_thread = issue_ranges(trace, act.pids)
     comm = act.kernel_is_comm
-    op = innermost_containing(o_s, o_e, o_thread, np.where(linked, act.launch_ns, -1),
-                              thread_key(act.launch_pid, act.launch_tid))
+    op, outer = containing(o_s, o_e, o_thread, np.where(linked, act.launch_ns, -1),
+                           thread_key(act.launch_pid, act.launch_tid))
     op = np.where(linked & comm, op, -1)
     has_op = op >= 0
+    # the CUDA calls the outermost issuing range makes (stream-sync events, the launch, the work-end event) stand
+    # in for the collective's runtime work where the innermost range is only the NCCL call (nsys)
+    outer = np.where(has_op, outer, -1)
+    span_s, span_e = api_span_within(trace, np.where(outer >= 0, o_s[np.maximum(outer, 0)], 0) if len(o_s) else
+                                     np.zeros(len(k), dtype=np.int64),
+                                     np.where(outer >= 0, o_e[np.maximum(outer, 0)], 0) if len(o_s) else
+                                     np.zeros(len(k), dtype=np.int64),
+                                     np.where(outer >= 0, o_thread[np.maximum(outer, 0)], -1) if len(o_s) else
+                                     np.full(len(k), -1, dtype=np.int64))
+    in_s = o_s[np.maximum(op, 0)] if len(o_s) else np.full(len(k), -1, dtype=np.int64)
+    in_e = o_e[np.maximum(op, 0)] if len(o_s) else np.full(len(k), -1, dtype=np.int64)
+    use_span = has_op & (outer >= 0) & (span_s >= 0) & (span_e - span_s > in_e - in_s)
     # without an issuing range, the launch call itself; a call that launched several kernels (a CUDA graph)
     # is split evenly, and each communication kernel owns its share
     _, per_call, launched = np.unique(np.where(linked, act.launch_row, -1), return_inverse=True,
                                       return_counts=True)
     share = (launch_end - act.launch_ns) // launched[per_call.ravel()]
-    issue_start = np.where(has_op, o_s[np.maximum(op, 0)] if len(o_s) else -1,
-                           np.where(linked & comm, act.launch_ns, -1))
-    issue_end = np.where(has_op, o_e[np.maximum(op, 0)] if len(o_s) else -1,
-                         np.where(linked & comm, act.launch_ns + share, -1))
+    issue_start = np.where(has_op, np.where(use_span, span_s, in_s), np.where(linked & comm, act.launch_ns, -1))
+    issue_end = np.where(has_op, np.where(use_span, span_e, in_e), np.where(linked & comm, act.launch_ns + share, -1))
     owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + np.arange(len(k)), -1))
     source = np.where(has_op, "cpu_op", np.where(linked & comm, "launch_api", "none"))
 
