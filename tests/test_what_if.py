@@ -308,3 +308,83 @@ def test_project_fixture_prefill_serial_within_25_percent() -> None:
     for s in (kineto, nsys):
         assert s.what_if.basis == "gpu_transfer"
         assert abs(s.what_if.comm_free_step_saving_ns / 1e6 / slowest - 1) <= 0.25
+
+
+def _fixture_truth_ms(mode: str) -> tuple[float, float]:
+    """fixtures/truth: (slowest rank with − slowest rank without all-reduces, slowest no-comm step), ms."""
+    from conftest import FIXTURES
+
+    med = [json.loads((FIXTURES / "truth" / f"{mode}{tag}_rank{r}.json").read_text())["step_ms_median"]
+           for tag in ("", "_nocomm") for r in (0, 1)]
+    return max(med[:2]) - max(med[2:]), max(med[2:])
+
+
+def _fixture_kineto(mode: str):  # type: ignore[no-untyped-def]
+    from conftest import FIXTURES
+
+    return _summary([FIXTURES / "kineto" / f"tp2_{mode}" / f"rank{r}.json.gz" for r in (0, 1)])
+
+
+# Fixture cases the estimate does not reach, with the measured error (fixtures/README.md; METHOD_WHAT_IF.md says
+# what is and is not explained). strict: a change that brings one within ±25% must promote it to a plain test.
+_FIXTURE_MISSES = {
+    "prefill_overlap": "−31%: transfer + contention explain 1.6 of 2.3 ms; Kineto and nsys profiles agree",
+    "decode_eager": "−73%: 8 all-reduces cost 2.8 ms unprofiled, more than the whole profiled Python call",
+    "decode_graphs": "−44%: transfer + graph-node latency 0.09 of 0.16 ms",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(_FIXTURE_MISSES))
+def test_project_fixture_misses_stay_reported(mode: str) -> None:
+    """Known misses, asserted at the target so that an improvement shows up (xfail strict)."""
+    slowest, _ = _fixture_truth_ms(mode)
+    est = _fixture_kineto(mode).what_if.comm_free_step_saving_ns / 1e6
+    if abs(est / slowest - 1) > 0.25:
+        pytest.xfail(f"{mode}: estimate {est:.2f} vs measured {slowest:.2f} ms ({_FIXTURE_MISSES[mode]})")
+    pytest.fail(f"{mode} is now within ±25% ({est:.2f} vs {slowest:.2f} ms): make it a plain assertion")
+
+
+def test_project_fixture_estimates_keep_their_direction_and_basis() -> None:
+    """The misses err on the low side and keep their regime: host-bound eager decode, GPU-bound otherwise."""
+    for mode, basis in (("prefill_overlap", "gpu_transfer"), ("decode_eager", "host_launch"),
+                        ("decode_graphs", "gpu_transfer")):
+        slowest, _ = _fixture_truth_ms(mode)
+        w = _fixture_kineto(mode).what_if
+        assert w.basis == basis, mode
+        assert 0 < w.comm_free_step_saving_ns / 1e6 < slowest, mode
+
+
+def test_profiled_step_minus_estimate_is_the_measured_no_comm_step(shared_data: Path) -> None:
+    """GPU-bound runs with little profiler overhead: profiled step − estimate must match the step measured without
+    all-reduces (±5%). This holds even where the profiled run itself differs from the timed run with
+    all-reduces (shared nsys prefill_overlap: profiled 28.5 ms, timed 30.6 ms), which is why that case misses
+    the ±25% target on the with − without difference."""
+    import lzma
+    import shutil
+    import tempfile
+
+    from conftest import FIXTURES
+
+    kineto = shared_data / "h200" / "kineto"
+    shared_nocomm = {c: max(json.loads((kineto / CASES[c][1].format(r)).read_text())["step_ms_median"]
+                            for r in (0, 1)) for c in ("prefill_overlap", "prefill_serial", "nop2p_prefill_serial")}
+    with tempfile.TemporaryDirectory() as tmp:
+        unpacked = Path(tmp) / "tp2_prefill_overlap.sqlite"
+        with lzma.open(FIXTURES / "nsys" / "tp2_prefill_overlap.sqlite.xz") as src, unpacked.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+        cases = [
+            ([shared_data / "h200" / "nsys" / "tp2_prefill_overlap.sqlite"], shared_nocomm["prefill_overlap"]),
+            ([shared_data / "h200" / "nsys" / "tp2_prefill_serial.sqlite"], shared_nocomm["prefill_serial"]),
+            ([kineto / f"nop2p_prefill_serial_rank{r}.json.gz" for r in (0, 1)],
+             shared_nocomm["nop2p_prefill_serial"]),
+            ([FIXTURES / "kineto" / "tp2_prefill_overlap" / f"rank{r}.json.gz" for r in (0, 1)],
+             _fixture_truth_ms("prefill_overlap")[1]),
+            ([unpacked], _fixture_truth_ms("prefill_overlap")[1]),
+            ([FIXTURES / "kineto" / "tp2_prefill_serial" / f"rank{r}.json.gz" for r in (0, 1)],
+             _fixture_truth_ms("prefill_serial")[1]),
+        ]
+        for files, nocomm in cases:
+            s = _summary(files)
+            profiled = max(d.step_ns_median for d in s.devices if d.step_ns_median) / 1e6
+            comm_free = profiled - s.what_if.comm_free_step_saving_ns / 1e6
+            assert abs(comm_free / nocomm - 1) <= 0.05, (files[0].name, comm_free, nocomm)
