@@ -69,7 +69,7 @@ TABLES: dict[str, list[Column]] = {
         _c("device", "int32", "", "GPU index for GPU-side ranges (gpu_user_annotation), -1 for CPU ranges"),
         _c("stream", "int64", "", "stream of GPU-side ranges, -1 otherwise"),
         _c("kind_id", "int32", "", "nvtx | user_annotation | gpu_user_annotation | profiler_step | cpu_op | "
-           "python_function | nvtx_mark", string=True),
+           "python_function | nvtx_mark | cuda_sync (GPU-side synchronization, Kineto)", string=True),
         _c("name_id", "int32", "", "range text", string=True),
         _c("domain_id", "int32", "", "NVTX domain name (e.g. NCCL), -1 for the default domain", string=True),
         _c("correlation", "int64", "", "correlation id (Kineto cpu ops), -1 if none"),

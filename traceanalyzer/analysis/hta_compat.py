@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..loaders import KINETO, ProgressFn, detect_format, expand_paths, load_one
-from ..trace import Trace
+from ..trace import Table, Trace
 
 COMM_RE = re.compile(r"^nccl.*Kernel")  # hta.utils.utils.NCCL_KERNEL_RE
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")  # MEMORY_KERNEL_RE
@@ -141,11 +141,11 @@ def _rank_of(trace: Trace, index: int) -> int:
 
 
 def _rank_numbers(trace: Trace, index: int, filter_steps: bool) -> HtaRank:
-    kernels, memops = trace.kernels, trace.memops
-    start, end = hta_us(np.concatenate([kernels["start_ns"], memops["start_ns"]]),
-                        np.concatenate([kernels["end_ns"], memops["end_ns"]]))
-    corr = np.concatenate([kernels["correlation"], memops["correlation"]])
-    name_id = np.concatenate([kernels["name_id"], memops["name_id"]])
+    kernels, memops, syncs = trace.kernels, trace.memops, _stream_syncs(trace)
+    start, end = hta_us(np.concatenate([kernels["start_ns"], memops["start_ns"], syncs["start_ns"]]),
+                        np.concatenate([kernels["end_ns"], memops["end_ns"], syncs["end_ns"]]))
+    corr = np.concatenate([kernels["correlation"], memops["correlation"], syncs["correlation"]])
+    name_id = np.concatenate([kernels["name_id"], memops["name_id"], syncs["name_id"]])
     keep = np.ones(len(start), dtype=bool)
     last_step = None
     if filter_steps:
@@ -168,6 +168,14 @@ def _rank_numbers(trace: Trace, index: int, filter_steps: bool) -> HtaRank:
     base.comm_us = comm_us
     base.overlap_pct = hta_pct(hta_overlap(comm_u, comp), comm_us) if comm_us else None
     return base
+
+
+def _stream_syncs(trace: Trace) -> Table:
+    """Kineto ``cuda_sync`` events on a stream (Stream Wait Event, Stream Sync): HTA keeps every event whose
+    ``stream`` is not -1 as a GPU event, so these count like kernels (device-wide syncs have stream -1)."""
+    r = trace.ranges
+    kind = trace.strings.get("cuda_sync")
+    return r.take((r["kind_id"] == kind) & (r["stream"] >= 0)) if kind >= 0 else r.take(np.zeros(len(r), bool))
 
 
 def _launched_before_last_step(trace: Trace, gpu_start_us: np.ndarray,

@@ -30,8 +30,8 @@ from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 
 # Complete-event categories turned into table rows (everything else is only counted).
 USED_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
-                   "user_annotation", "gpu_user_annotation", "python_function")
-GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+                   "user_annotation", "gpu_user_annotation", "python_function", "cuda_sync")
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
 HELPER_MIN_BATCHES = 4  # from this many event batches (~64 MB of JSON) a forked helper decodes half of them
 _RANK_IN_TEXT = re.compile(r"(?:^|[^a-z])rank[\s_:#=-]*(\d{1,6})(?!\d)", re.IGNORECASE)
 _RANK_IN_FILENAME = re.compile(r"[_-](\d{1,5})(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)

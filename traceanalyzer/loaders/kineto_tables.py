@@ -87,10 +87,14 @@ def _api_calls(c: Complete, pool: StringPool, rank: int) -> Table:
 
 
 def _ranges(c: Complete, pool: StringPool, rank: int) -> Table:
-    parts = {cat: c.rows(cat) for cat in ("cpu_op", "user_annotation", "gpu_user_annotation", "python_function")}
+    parts = {cat: c.rows(cat) for cat in ("cpu_op", "user_annotation", "gpu_user_annotation", "python_function",
+                                          "cuda_sync")}
     rows = np.concatenate(list(parts.values()))
     kind = np.concatenate([np.full(len(r), pool.intern(cat), np.int32) for cat, r in parts.items()])
-    cpu_side = np.concatenate([np.full(len(r), cat != "gpu_user_annotation") for cat, r in parts.items()])
+    cpu_side = np.concatenate([np.full(len(r), cat not in ("gpu_user_annotation", "cuda_sync"))
+                               for cat, r in parts.items()])
+    # GPU-side synchronization (Stream Wait Event, Event/Context Sync): its own stream, -1 when device-wide
+    exact_stream = np.concatenate([np.full(len(r), cat == "cuda_sync") for cat, r in parts.items()])
     name_id = c.name_id[rows]
     step = np.isin(name_id, [i for i in np.unique(name_id).tolist() if _STEP_NAME.fullmatch(pool[i])]) & cpu_side
     kind = np.where(step, pool.intern("profiler_step"), kind).astype(np.int32)
@@ -99,7 +103,7 @@ def _ranges(c: Complete, pool: StringPool, rank: int) -> Table:
         "ranges", len(rows), start_ns=c.start_ns[rows], end_ns=c.end_ns[rows], pid=c.pid[rows], rank=rank,
         tid=np.where(cpu_side, c.tid[rows], none),
         device=np.where(cpu_side, none, _or(c.device[rows], c.pid[rows])),
-        stream=np.where(cpu_side, none, _or(c.stream[rows], c.tid[rows])),
+        stream=np.where(cpu_side, none, np.where(exact_stream, c.stream[rows], _or(c.stream[rows], c.tid[rows]))),
         kind_id=kind, name_id=name_id, correlation=c.correlation[rows], external_id=c.external_id[rows],
     )
 
