@@ -120,3 +120,20 @@ def test_any_truncation_is_bad_input(tmp_path: Path, gz: bool, cut: float) -> No
         load_one(path)
     assert "\n" not in str(err.value)
     assert str(err.value).startswith(f"{path}: ")
+
+
+def test_negative_duration_is_kept_with_zero_length_and_a_warning(tmp_path) -> None:
+    import json
+
+    import traceanalyzer as ta
+
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": -2.0,
+               "args": {"device": 0, "stream": 7, "correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20.0, "dur": 3.0,
+               "args": {"device": 0, "stream": 7, "correlation": 2}}]
+    path = tmp_path / "negdur.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = ta.load(path, classify=False)
+    k = trace.kernels
+    assert (k["end_ns"] - k["start_ns"]).tolist() == [0, 3000]
+    assert any("negative duration" in w for w in trace.warnings)

@@ -78,6 +78,9 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     del data, batches
     complete = events.complete(pool)
     rank, warnings = _rank(doc, events.metadata, path)
+    if events.negative_durations:
+        warnings.append(f"{path.name}: {events.negative_durations} events with a negative duration "
+                        "were kept with zero length")
     built = build_tables(complete, pool, rank, tables)
     kernel_devices = sorted({int(d) for d in np.unique(built["kernels"]["device"])})
     trace = Trace(
@@ -139,6 +142,7 @@ class _Events:
         self.n_events = self.n_rows = 0
         self.missing = {"ts": _Missing(), "dur": _Missing()}
         self.time_path = "float64-exact"
+        self.negative_durations = 0  # complete events with dur < 0 (clamped to zero length, warned about)
 
     @classmethod
     def collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None) -> _Events:
@@ -183,6 +187,7 @@ class _Events:
             own.count += miss.count
         if later.time_path != "float64-exact":
             self.time_path = later.time_path
+        self.negative_durations += later.negative_durations
         self.n_events += later.n_events
         self.n_rows += later.n_rows
 
@@ -202,6 +207,10 @@ class _Events:
             (used[is_complete], list(compress(candidates, is_complete.tolist())))
         del events, candidates
         start_ns, dur_ns = self._times(sub, index, batch, path)
+        negative = dur_ns < 0
+        if negative.any():
+            self.negative_durations += int(negative.sum())
+            dur_ns = np.where(negative, 0, dur_ns)
         cat_of = np.full(len(self.cats.ids) + 1, -1, dtype=np.int8)
         for j, c in enumerate(USED_CATEGORIES):
             if c in self.cats.ids:
