@@ -11,6 +11,9 @@
   NVTX range (``ncclAllReduce``, nsys), else the ``c10d::*`` op / ``record_param_comms`` / a user range named
   after the collective; without any, the launch call itself. The innermost range is the one least inflated by
   the profiler's own bookkeeping (``record_param_comms`` exists to record collective metadata for the profiler).
+  Where the CUDA calls made inside the outermost issuing range span longer (first start to last end), that span
+  is taken instead: NCCL's NVTX range (nsys) covers only the NCCL call, not ProcessGroupNCCL's stream-sync and
+  work-end events around it, which Kineto's ``nccl:*`` record does cover.
 """
 
 from __future__ import annotations
