@@ -95,9 +95,7 @@ COMMANDS = {"info": ["info"], "info_json": ["info", "--json"], "summary": ["summ
             "report": ["report"]}
 # `info` describes what a file holds: a Kineto trace without kernels is answered (counts.kernels == 0), see below
 NOT_AN_ERROR = {("kineto_zero_kernels", "info"), ("kineto_zero_kernels", "info_json")}
-KNOWN_BUGS = {("nsys_without_kernel_table", "report"):
-              "report.py repeats summarize_paths' empty check without the missing-kernel-table hint; "
-              "use analysis.summary.require_kernels (owner: HTML report)"}
+KNOWN_BUGS: dict[tuple[str, str], str] = {}  # (case, command) → reason, run as strict xfail
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, list[str]]:
@@ -278,3 +276,9 @@ def test_same_trace_twice_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_p
     code, _, err = run_cli(capsys, argv)
     assert_one_error_line(code, err, twice, "given more than once")
     assert not out_html.exists()
+
+
+def test_report_to_a_directory_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "tp2_decode_graphs"
+    code, _, err = run_cli(capsys, ["report", str(fixture), "-o", str(tmp_path)])
+    assert code == 2 and len(err) == 1 and err[0].startswith("Error: ") and "is a directory" in err[0]

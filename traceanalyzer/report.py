@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis.results import Summary
-from .errors import EmptyTraceError
+from .errors import BadInputError, EmptyTraceError
 
 PathLike = str | Path
 DEFAULT_DIR = Path("reports")
@@ -31,21 +31,19 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     through a temporary file and renamed, so a failed run never leaves half a report. ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
-    from .analysis.summary import SummaryOptions, summarize
+    from .analysis.summary import SummaryOptions, require_kernels, summarize
     from .api import load_many
     from .render.html import render_html, write_atomic
 
     if not paths:
         raise EmptyTraceError(None, "no trace files given")
+    target = Path(output) if output is not None else default_output(paths)
+    if target.is_dir():
+        raise BadInputError(target, "is a directory", "give the report a file name, e.g. -o reports/run.html")
     traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    if not any(len(t.kernels) for t in traces):
-        where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
-        raise EmptyTraceError(where, "no kernel activity in the trace",
-                              "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with "
-                              "ProfilerActivity.CUDA)")
+    require_kernels(traces, paths)
     options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
                              jobs=jobs)
     summary = summarize(traces, options)
-    target = Path(output) if output is not None else default_output(paths)
     written = write_atomic(render_html(summary, traces, cdn=cdn), target)
     return written, summary

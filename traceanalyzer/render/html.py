@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
+from ..errors import BadInputError
 from . import figures, sections
 from .formatting import fmt_ns
 
@@ -170,8 +171,11 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
 def write_atomic(text: str, output: Path) -> Path:
     """Write ``text`` to ``output`` through a temporary file in the same folder (never a half-written file)."""
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    except OSError as exc:
+        raise BadInputError(output, f"cannot write the report: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
