@@ -62,10 +62,13 @@ def print_info(path: str | Path, result: dict[str, Any], console: Console | None
     ranks = result.get("ranks") or []
     if ranks:
         con.print(_text(f"  ranks: {', '.join(map(str, ranks))}"))
-    devices = _table("devices", ["device", "name", "rank"], [True, False, True])
-    for d in result.get("devices", []):
-        devices.add_row(str(d.get("device")), _text(d.get("name")), _text(d.get("rank")))
-    con.print(devices)
+    if result.get("devices"):
+        devices = _table("devices", ["device", "name", "rank"], [True, False, True])
+        for d in result["devices"]:
+            devices.add_row(str(d.get("device")), _text(d.get("name")), _text(d.get("rank")))
+        con.print(devices)
+    else:
+        con.print(_text("  no GPU ran a kernel in this trace"), style="yellow")
     counts = _table("activity counts", ["kind", "count"], [False, True])
     for key, value in result.get("counts", {}).items():
         counts.add_row(key, f"{value:,}")
