@@ -41,3 +41,14 @@ def test_real_power_log(shared_data):
     log = read_power_log(shared_data / "h200" / "gpu" / "power_log.csv")
     assert set(log.samples["gpu"]) == {0, 1}
     assert (log.samples["power_limit_w"] == 700.0).all()
+
+
+def test_clock_metrics_exported_in_hz_are_shown_in_mhz():
+    import pandas as pd
+
+    from traceanalyzer.analysis.gpu_metrics import _clocks_in_mhz
+
+    agg = pd.DataFrame({"metric": ["GPC Clock Frequency [MHz]", "SMs Active [Throughput %]"],
+                        "mean": [1.98e9, 40.0], "p50": [1.98e9, 40.0], "max": [1.98e9, 90.0], "samples": [3, 3]})
+    out = _clocks_in_mhz(agg)
+    assert out["mean"].tolist() == [1980.0, 40.0] and out["max"].tolist() == [1980.0, 90.0]

@@ -48,6 +48,16 @@ def metric_mask(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
     return hit[inverse.ravel()] if len(uniq) else np.zeros(len(ids), dtype=bool)
 
 
+def _clocks_in_mhz(agg: pd.DataFrame) -> pd.DataFrame:
+    """nsys exports clock metrics named "… [MHz]" with values in Hz (observed: 'GPC Clock Frequency [MHz]' up to
+    1,980,062,500 on an H200 whose SM clock is 1980 MHz): such aggregates are scaled to MHz."""
+    in_hz = agg["metric"].astype(str).str.endswith("[MHz]") & (agg["max"] > 1e5)
+    if in_hz.any():
+        agg = agg.copy()
+        agg.loc[in_hz, ["mean", "p50", "max"]] = agg.loc[in_hz, ["mean", "p50", "max"]] / 1e6
+    return agg
+
+
 def aggregate_gpu_metrics(trace: Trace) -> pd.DataFrame:
     """Per (device, metric, phase) mean/p50/max of the key metrics over the kernel span.
 
@@ -73,5 +83,5 @@ def aggregate_gpu_metrics(trace: Trace) -> pd.DataFrame:
         both = pd.concat([df.assign(phase="all"), df], ignore_index=True)
         agg = both.groupby(["device", "metric", "phase"], sort=True)["value"].agg(
             mean="mean", p50="median", max="max", samples="size").reset_index()
-        frames.append(agg)
+        frames.append(_clocks_in_mhz(agg))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
