@@ -69,6 +69,8 @@ class DeviceSummary:
     top_kernels: pd.DataFrame = field(default_factory=_empty_df)
     comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
     extra: dict[str, Any] = field(default_factory=dict)
+    # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
+    activity: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -200,7 +200,8 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
 def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence."""
-    act = gather(trace, dev.rank, dev.device)
+    act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
+        else gather(trace, dev.rank, dev.device)
     host = host_evidence(trace, act)
     rows = _instances(dev, act, host, matched)
     steps = _segment_savings(rows, host)
