@@ -120,6 +120,8 @@ def test_set_algebra_matches_brute_force(a, b):
     assert pairs(iv.union(*as_set(a))) == runs(ma)
     assert pairs(iv.intersect(as_set(a), as_set(b))) == runs(ma & mb)
     assert pairs(iv.difference(as_set(a), as_set(b))) == runs(ma & ~mb)
+    both, only_a = iv.split(as_set(a), as_set(b))
+    assert (pairs(both), pairs(only_a)) == (runs(ma & mb), runs(ma & ~mb))
     assert iv.total(*as_set(a)) == int(ma.sum())
 
 

@@ -60,12 +60,26 @@ def lengths_sum(u: Intervals) -> int:
 
 def _sweep(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
     """``a ∩ b`` (``want_b``) or ``a − b`` for any two sets, by a coverage-count sweep over all boundaries."""
+    x, in_a, in_b = _states(a, b)
+    return _runs(x, in_a & in_b if want_b else in_a & ~in_b)
+
+
+def _runs(x: np.ndarray, inside: np.ndarray) -> Intervals:
+    """The maximal runs of ``inside`` over the elementary segments ``[x_i, x_{i+1})``."""
+    if len(x) == 0:
+        return empty()
+    prev = np.r_[False, inside[:-1]]
+    return x[inside & ~prev], x[~inside & prev]
+
+
+def _states(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boundaries ``x`` of ``a`` and ``b`` and, on each ``[x_i, x_{i+1})``, whether it lies in ``a`` / in ``b``."""
     a_s, a_e = _arrays(*a)
     b_s, b_e = _arrays(*b)
     keep_a, keep_b = a_e > a_s, b_e > b_s
     a_s, a_e, b_s, b_e = a_s[keep_a], a_e[keep_a], b_s[keep_b], b_e[keep_b]
     if len(a_s) == 0:
-        return empty()
+        return np.empty(0, dtype=_I64), np.empty(0, dtype=bool), np.empty(0, dtype=bool)
     points = np.concatenate([a_s, a_e, b_s, b_e])
     na, nb = len(a_s), len(b_s)
     delta_a = np.concatenate([np.ones(na, _I64), -np.ones(na, _I64), np.zeros(2 * nb, _I64)])
@@ -77,11 +91,7 @@ def _sweep(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
     # the state on [x_i, x_{i+1}) is the count after the last event at x_i
     last = np.r_[points[1:] != points[:-1], True]
     x = points[last]
-    in_a = count_a[last] > 0
-    in_b = count_b[last] > 0
-    inside = in_a & in_b if want_b else in_a & ~in_b
-    prev = np.r_[False, inside[:-1]]
-    return x[inside & ~prev], x[~inside & prev]
+    return x, count_a[last] > 0, count_b[last] > 0
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
@@ -92,6 +102,12 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 def difference(a: Intervals, b: Intervals) -> Intervals:
     """``a − b`` as a union (inputs need not be unions)."""
     return _sweep(a, b, want_b=False)
+
+
+def split(a: Intervals, b: Intervals) -> tuple[Intervals, Intervals]:
+    """``(a ∩ b, a − b)`` from one sweep (inputs need not be unions)."""
+    x, in_a, in_b = _states(a, b)
+    return _runs(x, in_a & in_b), _runs(x, in_a & ~in_b)
 
 
 def coverage(a: Intervals, b: Intervals) -> int:
