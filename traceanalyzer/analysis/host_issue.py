@@ -189,9 +189,9 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     use_span = has_op & (outer >= 0) & (span_s >= 0) & (span_e - span_s > in_e - in_s)
     # without an issuing range, the launch call itself; a call that launched several kernels (a CUDA graph)
     # is split evenly, and each communication kernel owns its share
-    _, per_call, launched = np.unique(np.where(linked, act.launch_row, -1), return_inverse=True,
-                                      return_counts=True)
-    share = (launch_end - act.launch_ns) // launched[per_call.ravel()]
+    call = np.where(linked, act.launch_row, -1) + 1  # 0 = no launch call; counted without sorting
+    launched = np.bincount(call)[call]
+    share = (launch_end - act.launch_ns) // launched
     issue_start = np.where(has_op, np.where(use_span, span_s, in_s), np.where(linked & comm, act.launch_ns, -1))
     issue_end = np.where(has_op, np.where(use_span, span_e, in_e), np.where(linked & comm, act.launch_ns + share, -1))
     owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + np.arange(len(k)), -1))

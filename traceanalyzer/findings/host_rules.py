@@ -21,9 +21,11 @@ def _names_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> 
     """Boolean mask of rows whose string id matches ``pattern`` (regex run once per unique id)."""
     if not len(ids):
         return np.zeros(0, dtype=bool)
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    hit = np.array([u >= 0 and bool(pattern.search(trace.strings[int(u)])) for u in uniq], dtype=bool)
-    return hit[inverse]
+    valid = ids >= 0
+    distinct = np.unique(ids[valid])  # no inverse: a lookup table by id replaces it (no sort of all rows)
+    hit = np.zeros(int(distinct[-1]) + 1 if len(distinct) else 1, dtype=bool)
+    hit[distinct] = [bool(pattern.search(trace.strings[u])) for u in distinct.tolist()]
+    return valid & hit[np.where(valid, ids, 0)]
 
 
 def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
