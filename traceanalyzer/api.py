@@ -25,11 +25,14 @@ def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True
     ``moe``/``experts`` ranges → moe_gemm; SendRecv inside ``all_to_all`` ranges → sub-bucket all_to_all).
     """
     trace = load_one(path, progress=progress)
-    if classify:
-        from .classify import classify_trace, refine_with_context
+    return classified(trace, rules) if classify else trace
 
-        trace = refine_with_context(classify_trace(trace, rules=rules))
-    return trace
+
+def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
+    """Kernel/memop bucket columns from the rules (user ``rules`` first), then the context pass."""
+    from .classify import classify_trace, refine_with_context
+
+    return refine_with_context(classify_trace(trace, rules=rules))
 
 
 def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,

@@ -109,9 +109,9 @@ def _classified(trace: Trace, rules: PathLike | None) -> Trace:
     """The trace itself when it already has class columns, else classified (e.g. ``ta.load(classify=False)``)."""
     if "bucket_id" in trace.kernels:
         return trace
-    from ..classify import classify_trace
+    from ..api import classified
 
-    return classify_trace(trace, rules=rules)
+    return classified(trace, rules)
 
 
 def _check_pattern(pattern: str | None) -> None:
