@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +55,31 @@ def test_any_batch_size_gives_the_same_trace(tmp_path: Path, monkeypatch: pytest
     assert len(whole.kernels) == 80 and whole.raw_counts["events"] == 40 * len(sample_events())
     for batch_bytes in (1, 700, 5_000):
         assert_same(whole, load_with_batch(path, batch_bytes, monkeypatch))
+
+
+@pytest.mark.parametrize("odd", ["none", "unknown category", "no ph", "empty ph"])
+def test_lean_and_plain_decoding_give_the_same_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     odd: str) -> None:
+    """Batches decode lean (one Struct per phase, categories as literals) until one needs the plain decoding."""
+    events = many_events()
+    late = len(events) * 3 // 4
+    if odd == "unknown category":
+        events[late]["cat"] = "vendor_runtime"
+    elif odd == "no ph":
+        events[late].pop("ph", None)
+    elif odd == "empty ph":
+        events[late]["ph"] = ""
+    path = write(tmp_path / "t.json", document(events))
+    monkeypatch.setattr(kineto_read, "LEAN_DECODE", False)
+    plain = load_with_batch(path, 700, monkeypatch)
+    monkeypatch.setattr(kineto_read, "LEAN_DECODE", True)
+    for batch_bytes in (700, 5_000):
+        assert_same(plain, load_with_batch(path, batch_bytes, monkeypatch))
+    data = kineto_read.read_bytes(path)
+    _, batches = kineto_read.split_events(data, path, batch_bytes=700)
+    kinds = [type(batch.events()[0]).__name__ for batch in batches[:-1]]
+    assert kinds[0].startswith("Lean")
+    assert all(k.startswith("Lean") for k in kinds) == (odd == "none")
 
 
 def test_a_cut_inside_a_string_falls_back_to_one_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,20 +161,36 @@ def test_missing_times_in_the_helpers_half_name_the_first_event(tmp_path: Path,
             load_one(path)
 
 
-def test_run_beside_falls_back_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_share_uses_a_helper_and_falls_back_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(beside.PROCESSES_ENV, "2")
-    mine, theirs = beside.run_beside(lambda: os.getpid(), lambda: os.getpid())
-    assert theirs != mine == os.getpid()  # really computed in a helper
+    here = os.getpid()
 
-    def fails() -> None:
-        raise ValueError("from the helper's work")
+    def slow_pid(i: int) -> tuple[int, int]:
+        time.sleep(0.02)
+        return i, os.getpid()
 
-    with pytest.raises(ValueError, match="helper's work"):
-        beside.run_beside(lambda: 1, fails)
-    assert beside.run_beside(lambda: 1, lambda: (lambda: 3))[1]() == 3  # a lambda does not pickle: rerun here
+    shared = beside.share(20, slow_pid)
+    assert [i for i, _ in shared] == list(range(20))
+    assert {pid for _, pid in shared} - {here}, "no item was computed in a helper"
+
+    def fails_at(bad: set[int]) -> Callable[[int], int]:
+        def work(i: int) -> int:
+            if i in bad:
+                raise ValueError(f"item {i}")
+            return i
+        return work
+
+    for bad in ({3}, {17}, {5, 15}):  # whichever process meets it, the first bad item in order is reported
+        with pytest.raises(ValueError, match=f"item {min(bad)}$"):
+            beside.share(20, fails_at(bad))
+    assert beside.share(6, lambda i: (lambda: i))[4]() == 4  # lambdas do not pickle: computed here instead
+    ran: list[str] = []
+    with beside.meanwhile(lambda: ran.append("first")):
+        assert beside.share(8, lambda i: i * i) == [i * i for i in range(8)]
+    assert ran == ["first"]
     monkeypatch.setenv(beside.PROCESSES_ENV, "1")
     assert not beside.helper_allowed()
-    assert beside.run_beside(lambda: 1, os.getpid) == (1, os.getpid())
+    assert beside.share(3, lambda i: os.getpid()) == [here] * 3
 
 
 def test_a_file_that_cannot_be_mapped_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -9,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EmptyTraceError
+from .errors import BadInputError, EmptyTraceError
 from .loaders import ProgressFn, detect_format, expand_paths, load_one
 from .trace import Trace
 
 PathLike = str | Path
+DEFAULT_LAYER_PATTERN = r"layer_?\d+"  # NVTX / record_function ranges that mark layers
 
 
 def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
@@ -72,6 +74,47 @@ def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
         out.append(replace(renumbered, devices=[replace(d, rank=new_rank) for d in trace.devices],
                            warnings=[*trace.warnings, note]))
     return out
+
+
+def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
+                    step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
+                    gpu_log: PathLike | None = None, progress: ProgressFn | None = None) -> Any:
+    """Load trace files (or directories of rank traces) and summarize them: the ``summary`` command.
+
+    Returns an ``analysis.results.Summary``. Raises :class:`EmptyTraceError` when no file has any kernel activity.
+    While a forked helper decodes part of a big Kineto file, this process imports the analysis modules.
+    """
+    from .loaders.beside import meanwhile
+
+    check_layer_pattern(layer_pattern)
+    with meanwhile(_prepare_summary):
+        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
+    from .analysis.summary import SummaryOptions, require_kernels, summarize
+
+    require_kernels(traces, paths)
+    return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
+                                            gpu_log=gpu_log, jobs=jobs))
+
+
+def _prepare_summary() -> None:
+    """What :func:`summarize_paths` needs after loading: the analysis and findings modules, the default rules."""
+    import importlib
+
+    from .classify.rules import default_rules
+
+    for module in ("analysis.summary", "classify", "findings"):
+        importlib.import_module(f"{__package__}.{module}")
+    default_rules()
+
+
+def check_layer_pattern(pattern: str | None) -> None:
+    """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression."""
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
+                from None
 
 
 def info(path: PathLike) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,10 @@ from typing import Any
 import click
 
 from . import __version__
+from .api import DEFAULT_LAYER_PATTERN
 from .errors import ExitCode, TraceAnalyzerError
 
 _TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-DEFAULT_LAYER_PATTERN = r"layer_?\d+"
 _RULES = click.option("--rules", type=click.Path(path_type=Path), default=None,
                       help="TOML file of extra classification rules (checked before the defaults).")
 _JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
@@ -133,7 +134,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 
             print_hta_compat(hta_result)
         return
-    from .analysis.summary import summarize_paths
+    from .api import summarize_paths
 
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
@@ -207,5 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     return ExitCode.OK
 
 
+def run() -> None:
+    """The ``traceanalyzer`` console script: :func:`main`, then leave without tearing the heap down object by object
+    (the trace's arrays and names die with the process; 0.15 s on a 377 MB trace). Output is flushed first."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    os._exit(int(code))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import BadInputError, EmptyTraceError
+from ..api import DEFAULT_LAYER_PATTERN, check_layer_pattern
+from ..errors import EmptyTraceError
 from ..trace import Trace
 from .device import analyze_device
 from .results import CrossRankSummary, DeviceSummary, Summary, TraceMeta, WhatIf
 
 PathLike = str | Path
-DEFAULT_LAYER_PATTERN = r"layer_?\d+"
 
 
 @dataclass
@@ -114,21 +113,11 @@ def _classified(trace: Trace, rules: PathLike | None) -> Trace:
     return classified(trace, rules)
 
 
-def _check_pattern(pattern: str | None) -> None:
-    """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression."""
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
-                from None
-
-
 def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = None, **kwargs: Any) -> Summary:
     """The whole ``summary`` of already loaded (classified) traces: one :class:`DeviceSummary` per (rank, device)
     with kernels, cross-rank matching, the what-if estimate and findings. ``kwargs`` set SummaryOptions fields."""
     opts = options or SummaryOptions(**kwargs)
-    _check_pattern(opts.layer_pattern)
+    check_layer_pattern(opts.layer_pattern)
     trace_list = [_classified(t, opts.rules) for t in ([traces] if isinstance(traces, Trace) else traces)]
     metas = [trace_meta(t) for t in trace_list]
     devices = [analyze_device(t, rank, device, options=opts)
@@ -148,23 +137,6 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     if findings_fn is not None:
         result.findings = findings_fn(trace_list, result, opts)
     return result
-
-
-def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
-                    step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                    gpu_log: PathLike | None = None, progress: Any = None) -> Summary:
-    """Load trace files (or directories of rank traces) and summarize them; the ``summary`` command.
-
-    Raises :class:`EmptyTraceError` when no file has any kernel activity.
-    """
-    from ..api import load_many
-
-    _check_pattern(layer_pattern)
-    traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    require_kernels(traces, paths)
-    options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
-                             jobs=jobs)
-    return summarize(traces, options)
 
 
 def _named(path: PathLike, warning: str) -> str:
@@ -206,7 +178,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
 
     progress = options.pop("progress", None)
     opts = SummaryOptions(**options)
-    _check_pattern(opts.layer_pattern)
+    check_layer_pattern(opts.layer_pattern)
     paths = [p for p in items if isinstance(p, (str, Path))]
     loaded = load_many(paths, rules=opts.rules, jobs=opts.jobs, progress=progress)
     require_kernels(loaded, paths)

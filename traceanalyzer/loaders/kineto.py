@@ -2,7 +2,7 @@
 
 Flow: bytes (``kineto_read``) → batches of typed msgspec events → per batch, columns of the complete
 (``ph == "X"``) events of the categories used (the structs are then dropped; with many batches a forked helper
-collects the second half, ``beside``) → per-table selections (``kineto_tables``). Times: ``ts``/``dur`` µs → exact
+takes batches too, ``beside``) → per-table selections (``kineto_tables``). Times: ``ts``/``dur`` µs → exact
 integer ns (``kineto_time``) on the trace's own clock; ``base_time_ns`` (``baseTimeNanoseconds``, when the trace
 has it) turns them into UTC epoch ns: ``utc_ns = start_ns + base_time_ns``. Older traces have absolute epoch µs
 in ``ts`` and no base: there ``start_ns`` already is epoch ns and ``base_time_ns`` is ``None``.
@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import CorruptFileError
 from ..trace import DeviceInfo, StringPool, Trace
 from . import KINETO, ProgressFn, file_size
-from .beside import run_beside
+from .beside import share
 from .kineto_read import Args, Batch, Document, Event, SplitFailed, decode_whole, read_bytes, split_events
 from .kineto_tables import as_int, build_tables, dims_product
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
@@ -32,7 +32,7 @@ from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 USED_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
                    "user_annotation", "gpu_user_annotation", "python_function", "cuda_sync")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
-HELPER_MIN_BATCHES = 4  # from this many event batches (~64 MB of JSON) a forked helper decodes half of them
+HELPER_MIN_BATCHES = 4  # from this many event batches (~32 MB of JSON) a forked helper shares the decoding
 _RANK_IN_TEXT = re.compile(r"(?:^|[^a-z])rank[\s_:#=-]*(\d{1,6})(?!\d)", re.IGNORECASE)
 _RANK_IN_FILENAME = re.compile(r"[_-](\d{1,5})(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)
 
@@ -146,28 +146,24 @@ class _Events:
 
     @classmethod
     def collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None) -> _Events:
-        """Columns of every batch; with many batches the second half is collected by a forked helper."""
-        half = len(batches) // 2 if len(batches) >= HELPER_MIN_BATCHES else len(batches)
-        if half < len(batches):
-            out, rest = run_beside(lambda: cls._collect(batches[:half], path, size, progress, len(batches)),
-                                   lambda: cls._collect(batches[half:], path, size, None, len(batches)))
-            out.extend(rest)
-        else:
-            out = cls._collect(batches, path, size, progress, len(batches))
+        """Columns of every batch, in file order; with many batches a forked helper collects some of them."""
+        def one(i: int) -> _Events:
+            part = cls()
+            part.add(batches[i], path)
+            return part
+
+        def done(n: int) -> None:
+            if progress:
+                progress(size + size * n // (2 * len(batches)), 2 * size)
+
+        parts = share(len(batches), one, done=done, min_items=HELPER_MIN_BATCHES)
+        out = parts[0] if parts else cls()
+        for part in parts[1:]:
+            out.extend(part)
         for what, miss in out.missing.items():
             if miss.count:
                 raise CorruptFileError(path, f"not a valid Kineto trace: complete event $.traceEvents[{miss.first}]"
                                        f" has no \"{what}\" ({miss.count} such events)")
-        return out
-
-    @classmethod
-    def _collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None,
-                 total: int) -> _Events:
-        out = cls()
-        for i, batch in enumerate(batches):
-            out.add(batch, path)
-            if progress:
-                progress(size + size * (i + 1) // (2 * total), 2 * size)
         return out
 
     def extend(self, later: _Events) -> None:
