@@ -26,6 +26,9 @@ Commands (the fixtures in fixtures/ were made with examples/make_fixtures.sh):
   torchrun --nproc-per-node 2 examples/moe_tp.py --mode prefill_serial --no-profile --steps 20
   # the same without the all-reduces: (with − without) is what communication costs per step
   torchrun --nproc-per-node 2 examples/moe_tp.py --mode prefill_serial --no-profile --comm-off --steps 20
+  # profiled, then 5 rounds of 30 timed steps with / without the all-reduces in the same processes
+  torchrun --nproc-per-node 2 examples/moe_tp.py --mode decode_eager --steps 3 --outdir traces \\
+      --ab-rounds 5 --ab-steps 30 --truth-dir truth
   # under nsys (both ranks in one report)
   nsys profile -s none --cpuctxsw=none -t cuda,nvtx -o tp2_prefill_serial torchrun --nproc-per-node 2 \\
       examples/moe_tp.py --mode prefill_serial --layers 4 --no-profile --warmup 2 --steps 3
@@ -45,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -311,31 +315,56 @@ def profile_mode(step: Callable[[], None], mode: str, args: argparse.Namespace, 
     print(f"[rank {rank}] {mode}: wrote {out} ({out.stat().st_size} bytes)", flush=True)
 
 
-def time_mode(step: Callable[[], None], cfg: Config, mode: str, args: argparse.Namespace, rank: int) -> None:
-    """Wall time of ``--steps`` steps (each ends with a device sync and is an NVTX range ``step``), no
-    profiler; median printed."""
+def timed_steps(step: Callable[[], None], steps: int) -> list[float]:
+    """Wall ms of ``steps`` steps (each ends with a device sync and is an NVTX range ``step``), after a barrier."""
     dist.barrier()
     times: list[float] = []
-    for _ in range(args.steps):
+    for _ in range(steps):
         t0 = time.perf_counter()
         with nvtx_range("step"):
             step()
         times.append((time.perf_counter() - t0) * 1e3)
-    median = statistics.median(times)
-    tag = "" if args.comm else " (comm off)"
-    print(f"[rank {rank}] {mode}{tag}: median step {median:.3f} ms over {len(times)} steps", flush=True)
-    if args.truth_dir:
-        truth = {
-            "rank": rank, "world": dist.get_world_size(), "mode": mode, "phase": "decode" if cfg.decode
-            else "prefill", "comm": args.comm, **asdict(cfg), "tokens": cfg.tokens,
-            "graphs": mode == "decode_graphs", "step_ms": times, "step_ms_median": median,
+    return times
+
+
+def run_facts(cfg: Config, mode: str, rank: int) -> dict[str, Any]:
+    return {"rank": rank, "world": dist.get_world_size(), "mode": mode,
+            "phase": "decode" if cfg.decode else "prefill", **asdict(cfg), "tokens": cfg.tokens,
+            "graphs": mode == "decode_graphs",
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__, "nccl": nccl_version(),
-        }
-        name = f"{mode}{'' if args.comm else '_nocomm'}_rank{rank}.json"
+            "torch": torch.__version__, "nccl": nccl_version()}
+
+
+def write_truth(args: argparse.Namespace, name: str, truth: dict[str, Any]) -> None:
+    if args.truth_dir:
         path = Path(args.truth_dir) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(truth, indent=1) + "\n")
+
+
+def time_mode(step: Callable[[], None], cfg: Config, mode: str, args: argparse.Namespace, rank: int) -> None:
+    """Wall time of ``--steps`` steps, no profiler; median printed."""
+    times = timed_steps(step, args.steps)
+    median = statistics.median(times)
+    tag = "" if args.comm else " (comm off)"
+    print(f"[rank {rank}] {mode}{tag}: median step {median:.3f} ms over {len(times)} steps", flush=True)
+    write_truth(args, f"{mode}{'' if args.comm else '_nocomm'}_rank{rank}.json",
+                {**run_facts(cfg, mode, rank), "comm": args.comm, "step_ms": times, "step_ms_median": median})
+
+
+def time_ab(steps: dict[bool, Callable[[], None]], cfg: Config, mode: str, args: argparse.Namespace,
+            rank: int) -> None:
+    """``--ab-rounds`` rounds, each timing ``--ab-steps`` steps with the all-reduces, then as many without, in the
+    same processes: (with − without) per round, free of launch-to-launch differences (CPU placement, clocks)."""
+    rounds = []
+    for r in range(args.ab_rounds):
+        with_comm, without = timed_steps(steps[True], args.ab_steps), timed_steps(steps[False], args.ab_steps)
+        rounds.append({"comm_step_ms": with_comm, "nocomm_step_ms": without,
+                       "comm_median_ms": statistics.median(with_comm),
+                       "nocomm_median_ms": statistics.median(without)})
+        print(f"[rank {rank}] {mode} round {r}: median step {rounds[-1]['comm_median_ms']:.3f} ms with, "
+              f"{rounds[-1]['nocomm_median_ms']:.3f} ms without the all-reduces", flush=True)
+    write_truth(args, f"{mode}_ab_rank{rank}.json", {**run_facts(cfg, mode, rank), "rounds": rounds})
 
 
 def nccl_version() -> str | None:
@@ -371,6 +400,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-profile", dest="profile", action="store_false", help="time steps, no profiler")
     p.add_argument("--comm-off", dest="comm", action="store_false", help="skip the all-reduces")
     p.add_argument("--truth-dir", help="with --no-profile: write <mode>[_nocomm]_rank<N>.json step times")
+    p.add_argument("--ab-rounds", type=int, default=0,
+                   help="after profiling (or instead of --no-profile timing): this many rounds of --steps timed "
+                        "steps with, then without the all-reduces, in the same processes (<mode>_ab_rank<N>.json)")
+    p.add_argument("--ab-steps", type=int, default=30, help="timed steps per --ab-rounds half")
+    p.add_argument("--pin-cpus", type=int, default=0, metavar="N",
+                   help="pin local rank r to CPUs [r*N, (r+1)*N) of those allowed (host-bound steps vary less)")
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--experts", type=int, default=16)
@@ -383,8 +418,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def pin_cpus(per_rank: int) -> None:
+    """Keep this rank's threads on its own ``per_rank`` CPUs (no migration, no sharing with the other ranks)."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    allowed = sorted(os.sched_getaffinity(0))
+    mine = allowed[local * per_rank:(local + 1) * per_rank]
+    if len(mine) == per_rank:
+        os.sched_setaffinity(0, mine)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.pin_cpus:
+        pin_cpus(args.pin_cpus)
     rank, device = init_distributed()
     world = dist.get_world_size()
     if args.heads % world or args.expert_ffn % world:
@@ -402,7 +448,13 @@ def main(argv: list[str] | None = None) -> None:
                 step()
             if args.profile:
                 profile_mode(step, mode, args, rank)
-            else:
+            if args.ab_rounds:
+                other = build_step(cfg, mode, not args.comm, device)
+                for _ in range(args.warmup):
+                    other()
+                time_ab({args.comm: step, not args.comm: other}, cfg, mode, args, rank)
+                del other
+            elif not args.profile:
                 time_mode(step, cfg, mode, args, rank)
             del step
             if device.type == "cuda":
