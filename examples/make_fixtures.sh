@@ -6,6 +6,8 @@
 # Writes, under $DEST:
 #   kineto/tp${NGPU}_<mode>/rank<N>.json.gz   PyTorch-profiler traces, 4 layers, 3 profiled steps
 #   truth/<mode>[_nocomm]_rank<N>.json        no-profiler step times with / without the all-reduces
+#   kineto/ab/tp${NGPU}_<mode>_{a,b}/, truth/ab/  validation runs: profiled, then timed with / without the
+#                                             all-reduces in alternating rounds inside the same processes
 #   nsys/tp${NGPU}_<mode>.sqlite              nsys exports (both ranks in one file), redacted
 #   versions.txt, run.log
 # The committed fixtures were made on a lent 2×H200 machine with exactly:
@@ -56,6 +58,21 @@ echo "== step times without the profiler, with and without the all-reduces"
 timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --warmup 5 --steps 30 --truth-dir "$DEST/truth"
 timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --comm-off --warmup 5 --steps 30 \
   --truth-dir "$DEST/truth"
+
+echo "== validation runs: profiled, then --ab-rounds with / without the all-reduces in the same processes"
+# fixtures/kineto/ab/tp2_<mode>_a (CPUs not pinned) and tp2_<mode>_b (--pin-cpus 4; decode_eager, prefill_serial)
+for variant in "a:0:$MODES" "b:4:decode_eager prefill_serial"; do
+  IFS=: read -r tag pin modes <<< "$variant"
+  timeout 300 $RUN --mode $modes --layers $LAYERS --warmup 3 --steps 3 --outdir "$TMP/ab_$tag" --ab-rounds 5 \
+    --ab-steps 30 --pin-cpus "$pin" --truth-dir "$TMP/ab_truth_$tag"
+  for mode in $modes; do
+    mkdir -p "$DEST/kineto/ab/tp${NGPU}_${mode}_$tag" "$DEST/truth/ab"
+    for ((r = 0; r < NGPU; r++)); do
+      mv "$TMP/ab_$tag/${mode}_rank$r.json.gz" "$DEST/kineto/ab/tp${NGPU}_${mode}_$tag/rank$r.json.gz"
+      mv "$TMP/ab_truth_$tag/${mode}_ab_rank$r.json" "$DEST/truth/ab/${mode}_${tag}_rank$r.json"
+    done
+  done
+done
 
 if [ -x "$NSYS" ]; then
   NSYS_ENV=()

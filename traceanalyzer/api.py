@@ -89,7 +89,7 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
     check_layer_pattern(layer_pattern)
     with meanwhile(_prepare_summary):
         traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    from .analysis.summary import SummaryOptions, require_kernels, summarize
+    from .analysis.summary import SummaryOptions, summarize
 
     require_kernels(traces, paths)
     return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
@@ -115,6 +115,20 @@ def check_layer_pattern(pattern: str | None) -> None:
         except re.error as exc:
             raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
                 from None
+
+
+def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
+    """Raise EmptyTraceError (naming the file, and a missing nsys kernel table) when no trace has kernels."""
+    if any(len(t.kernels) for t in traces):
+        return
+    where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
+    raise EmptyTraceError(where, "no kernel activity in the trace", _empty_hint(list(traces)))
+
+
+def _empty_hint(traces: list[Trace]) -> str:
+    if any(t.format == "nsys-sqlite" and not t.capabilities.get("has_kernel_table", True) for t in traces):
+        return "the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
+    return "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)"
 
 
 def info(path: PathLike) -> dict[str, Any]:

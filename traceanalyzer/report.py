@@ -31,8 +31,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     through a temporary file and renamed, so a failed run never leaves half a report. ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
-    from .analysis.summary import SummaryOptions, require_kernels, summarize
-    from .api import load_many
+    from .analysis.summary import SummaryOptions, summarize
+    from .api import load_many, require_kernels
     from .render.html import render_html, write_atomic
 
     if not paths:

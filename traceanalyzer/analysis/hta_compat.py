@@ -108,7 +108,7 @@ def hta_compat(paths: Sequence[str | Path], progress: ProgressFn | None = None, 
         traces = map_files(files, classify=False, jobs=jobs, progress=progress)
     else:
         traces = [load_one(f, progress=progress, tables=_TABLES) for f in files]
-    from .summary import require_kernels
+    from ..api import require_kernels
 
     require_kernels(traces, files)
     return hta_compat_traces(traces)

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..api import DEFAULT_LAYER_PATTERN, check_layer_pattern
-from ..errors import EmptyTraceError
+from ..api import DEFAULT_LAYER_PATTERN, check_layer_pattern, require_kernels
 from ..trace import Trace
 from .device import analyze_device
 from .results import CrossRankSummary, DeviceSummary, Summary, TraceMeta, WhatIf
@@ -143,20 +142,6 @@ def _named(path: PathLike, warning: str) -> str:
     """The warning prefixed by its file's name, unless a loader already put the name first."""
     name = Path(path).name
     return warning if warning.startswith(f"{name}:") else f"{name}: {warning}"
-
-
-def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
-    """Raise EmptyTraceError (naming the file, and a missing nsys kernel table) when no trace has kernels."""
-    if any(len(t.kernels) for t in traces):
-        return
-    where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
-    raise EmptyTraceError(where, "no kernel activity in the trace", _empty_hint(list(traces)))
-
-
-def _empty_hint(traces: list[Trace]) -> str:
-    if any(t.format == "nsys-sqlite" and not t.capabilities.get("has_kernel_table", True) for t in traces):
-        return "the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
-    return "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)"
 
 
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
