@@ -9,6 +9,7 @@ Modes (each a fresh interpreter, peak RSS from its own rusage):
 * ``floor``: plain sqlite3 — kernel columns + demangled/short names (StringIds joined in SQL) and every GPU_METRICS
   row (timestamp, typeId, metricId, value) fetched into numpy; what any loader has to pay at least.
 * ``info``: the ``traceanalyzer info FILE --json`` command.
+* ``summary``: the ``traceanalyzer summary FILE --json`` command (load, classify, every analysis, findings).
 * ``load``: ``traceanalyzer.loaders.load_one(FILE)`` — every table (kernels, memops, NVTX, API calls, graph launches,
   GPU metrics) normalized, no classification.
 """
@@ -77,6 +78,7 @@ def commands(path: Path) -> dict[str, list[str]]:
     info = [str(cli)] if cli.exists() else [sys.executable, "-m", "traceanalyzer.cli"]
     return {"floor": [sys.executable, "-c", _FLOOR, str(path)],
             "info": [*info, "info", str(path), "--json"],
+            "summary": [*info, "summary", str(path), "--json"],
             "load": [sys.executable, "-c", _LOAD, str(path)]}
 
 
@@ -147,10 +149,11 @@ def main() -> None:
             row = results[mode]
             print(f"{mode:>6}: wall {row['wall_s']:7.2f} s  cpu {row['cpu_s']:7.2f} s  peak RSS "
                   f"{row['peak_rss_mb']:8.1f} MB", flush=True)
-        if "floor" in results and "load" in results:
-            f, ld = results["floor"], results["load"]
-            print(f"load/floor: wall {ld['wall_s'] / f['wall_s']:.2f}x, cpu {ld['cpu_s'] / f['cpu_s']:.2f}x, "
-                  f"peak RSS {ld['peak_rss_mb'] / f['peak_rss_mb']:.2f}x")
+        for mode in ("load", "summary"):
+            if "floor" in results and mode in results:
+                f, ld = results["floor"], results[mode]
+                print(f"{mode}/floor: wall {ld['wall_s'] / f['wall_s']:.2f}x, cpu {ld['cpu_s'] / f['cpu_s']:.2f}x, "
+                      f"peak RSS {ld['peak_rss_mb'] / f['peak_rss_mb']:.2f}x")
         print(json.dumps({"export": str(path), "size_mb": round(path.stat().st_size / 1e6, 1), **results}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
