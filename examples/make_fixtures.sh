@@ -61,15 +61,20 @@ timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --comm-off --warmup
 
 echo "== validation runs: profiled, then --ab-rounds with / without the all-reduces in the same processes"
 # fixtures/kineto/ab/tp2_<mode>_a (CPUs not pinned) and tp2_<mode>_b (--pin-cpus 4; decode_eager, prefill_serial)
-for variant in "a:0:$MODES" "b:4:decode_eager prefill_serial"; do
-  IFS=: read -r tag pin modes <<< "$variant"
+# c: decode_eager, the variant without all-reduces profiled too (tp2_decode_eager_c_nocomm)
+for variant in "a:0:$MODES:" "b:4:decode_eager prefill_serial:" "c:0:decode_eager:--ab-profile-both"; do
+  IFS=: read -r tag pin modes extra <<< "$variant"
   timeout 300 $RUN --mode $modes --layers $LAYERS --warmup 3 --steps 3 --outdir "$TMP/ab_$tag" --ab-rounds 5 \
-    --ab-steps 30 --pin-cpus "$pin" --truth-dir "$TMP/ab_truth_$tag"
+    --ab-steps 30 --pin-cpus "$pin" --truth-dir "$TMP/ab_truth_$tag" $extra
   for mode in $modes; do
     mkdir -p "$DEST/kineto/ab/tp${NGPU}_${mode}_$tag" "$DEST/truth/ab"
     for ((r = 0; r < NGPU; r++)); do
       mv "$TMP/ab_$tag/${mode}_rank$r.json.gz" "$DEST/kineto/ab/tp${NGPU}_${mode}_$tag/rank$r.json.gz"
       mv "$TMP/ab_truth_$tag/${mode}_ab_rank$r.json" "$DEST/truth/ab/${mode}_${tag}_rank$r.json"
+      if [ -f "$TMP/ab_$tag/${mode}_nocomm_rank$r.json.gz" ]; then
+        mkdir -p "$DEST/kineto/ab/tp${NGPU}_${mode}_${tag}_nocomm"
+        mv "$TMP/ab_$tag/${mode}_nocomm_rank$r.json.gz" "$DEST/kineto/ab/tp${NGPU}_${mode}_${tag}_nocomm/rank$r.json.gz"
+      fi
     done
   done
 done

@@ -196,6 +196,18 @@ class Layer:
         return torch.zeros_like(x).index_add_(0, token, y)
 
 
+@dataclass
+class HostClock:
+    """Host wall time within the current step: the all-reduce calls (each with its ``allreduce`` range) and the
+    whole step before its closing device sync."""
+
+    call_s: float = 0.0
+    issue_s: float = 0.0
+
+
+CLOCK = HostClock()
+
+
 class Comm:
     """All-reduce of partial outputs: on the compute stream (serial) or on a side stream with events."""
 
@@ -206,9 +218,11 @@ class Comm:
         """Begin the all-reduce of ``t``; returns ``t`` and the event that marks it done (None: done in order)."""
         if not self.enabled:
             return t, None
+        started = time.perf_counter()
         if self.side is None:
             with annotate("allreduce"):
                 dist.all_reduce(t)
+            CLOCK.call_s += time.perf_counter() - started
             return t, None
         ready = torch.cuda.Event()
         ready.record()
@@ -218,6 +232,7 @@ class Comm:
             t.record_stream(self.side)
             done = torch.cuda.Event()
             done.record()
+        CLOCK.call_s += time.perf_counter() - started
         return t, done
 
     @staticmethod
@@ -257,7 +272,9 @@ def build_step(cfg: Config, mode: str, comm_on: bool, device: torch.device) -> C
     chunks = list(x.chunk(cfg.microbatches))
 
     def eager() -> None:
+        started = time.perf_counter()
         forward(layers, list(chunks), comm)
+        CLOCK.issue_s += time.perf_counter() - started
         sync(device)
 
     if mode != "decode_graphs":
@@ -275,7 +292,9 @@ def build_step(cfg: Config, mode: str, comm_on: bool, device: torch.device) -> C
         forward(layers, list(chunks), comm)
 
     def replay() -> None:
+        started = time.perf_counter()
         graph.replay()
+        CLOCK.issue_s += time.perf_counter() - started
         sync(device)
 
     return replay
@@ -296,9 +315,9 @@ def config_for(mode: str, args: argparse.Namespace) -> Config:
     )
 
 
-def profile_mode(step: Callable[[], None], mode: str, args: argparse.Namespace, rank: int) -> None:
-    """1 wait + 1 warm-up + ``--steps`` profiled steps; the Chrome trace goes to <outdir>/<mode>_rank<N>."""
-    out = Path(args.outdir) / f"{mode}_rank{rank}.json.gz"
+def profile_mode(step: Callable[[], None], mode: str, args: argparse.Namespace, rank: int, tag: str = "") -> None:
+    """1 wait + 1 warm-up + ``--steps`` profiled steps; the Chrome trace goes to <outdir>/<mode><tag>_rank<N>."""
+    out = Path(args.outdir) / f"{mode}{tag}_rank{rank}.json.gz"
     out.parent.mkdir(parents=True, exist_ok=True)
     acts = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
@@ -315,15 +334,21 @@ def profile_mode(step: Callable[[], None], mode: str, args: argparse.Namespace, 
     print(f"[rank {rank}] {mode}: wrote {out} ({out.stat().st_size} bytes)", flush=True)
 
 
-def timed_steps(step: Callable[[], None], steps: int) -> list[float]:
-    """Wall ms of ``steps`` steps (each ends with a device sync and is an NVTX range ``step``), after a barrier."""
+def timed_steps(step: Callable[[], None], steps: int, host: dict[str, list[float]] | None = None) -> list[float]:
+    """Wall ms of ``steps`` steps (each ends with a device sync and is an NVTX range ``step``), after a barrier.
+    ``host`` gets per step the ms spent before the closing sync (``issue_ms``) and in all-reduce calls
+    (``call_ms``)."""
     dist.barrier()
     times: list[float] = []
     for _ in range(steps):
+        CLOCK.call_s = CLOCK.issue_s = 0.0
         t0 = time.perf_counter()
         with nvtx_range("step"):
             step()
         times.append((time.perf_counter() - t0) * 1e3)
+        if host is not None:
+            host.setdefault("issue_ms", []).append(CLOCK.issue_s * 1e3)
+            host.setdefault("call_ms", []).append(CLOCK.call_s * 1e3)
     return times
 
 
@@ -358,10 +383,15 @@ def time_ab(steps: dict[bool, Callable[[], None]], cfg: Config, mode: str, args:
     same processes: (with − without) per round, free of launch-to-launch differences (CPU placement, clocks)."""
     rounds = []
     for r in range(args.ab_rounds):
-        with_comm, without = timed_steps(steps[True], args.ab_steps), timed_steps(steps[False], args.ab_steps)
+        host_with: dict[str, list[float]] = {}
+        host_without: dict[str, list[float]] = {}
+        with_comm = timed_steps(steps[True], args.ab_steps, host_with)
+        without = timed_steps(steps[False], args.ab_steps, host_without)
         rounds.append({"comm_step_ms": with_comm, "nocomm_step_ms": without,
                        "comm_median_ms": statistics.median(with_comm),
-                       "nocomm_median_ms": statistics.median(without)})
+                       "nocomm_median_ms": statistics.median(without),
+                       "comm_issue_ms": host_with["issue_ms"], "comm_call_ms": host_with["call_ms"],
+                       "nocomm_issue_ms": host_without["issue_ms"]})
         print(f"[rank {rank}] {mode} round {r}: median step {rounds[-1]['comm_median_ms']:.3f} ms with, "
               f"{rounds[-1]['nocomm_median_ms']:.3f} ms without the all-reduces", flush=True)
     write_truth(args, f"{mode}_ab_rank{rank}.json", {**run_facts(cfg, mode, rank), "rounds": rounds})
@@ -404,6 +434,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="after profiling (or instead of --no-profile timing): this many rounds of --steps timed "
                         "steps with, then without the all-reduces, in the same processes (<mode>_ab_rank<N>.json)")
     p.add_argument("--ab-steps", type=int, default=30, help="timed steps per --ab-rounds half")
+    p.add_argument("--ab-profile-both", action="store_true",
+                   help="with --ab-rounds: also profile the other variant (<mode>_nocomm_rank<N>.json.gz)")
     p.add_argument("--pin-cpus", type=int, default=0, metavar="N",
                    help="pin local rank r to CPUs [r*N, (r+1)*N) of those allowed (host-bound steps vary less)")
     p.add_argument("--hidden", type=int, default=4096)
@@ -452,6 +484,8 @@ def main(argv: list[str] | None = None) -> None:
                 other = build_step(cfg, mode, not args.comm, device)
                 for _ in range(args.warmup):
                     other()
+                if args.profile and args.ab_profile_both:
+                    profile_mode(other, mode, args, rank, "_nocomm" if args.comm else "_comm")
                 time_ab({args.comm: step, not args.comm: other}, cfg, mode, args, rank)
                 del other
             elif not args.profile:
