@@ -122,6 +122,24 @@ def test_nccl_only_range_is_widened_to_the_cuda_calls_of_the_issuing_call() -> N
     assert w.basis == "host_launch"
 
 
+def test_an_issuing_call_held_up_far_beyond_its_kind_counts_four_usual_calls() -> None:
+    """Five host-bound all-reduces, 10 µs apart; one issuing range is 3.06 µs instead of 90 ns (a hiccup)."""
+    kernels, api, ranges, colls = [], [], [], []
+    for i in range(5):
+        b, c = 10_000 * i, 10 * i
+        kernels += [(b, b + 100, 0, 7, "gemm_a", "gemm", None, c + 1),
+                    (b + 312, b + 322, 0, 7, NCCL, "communication", "all_reduce", c + 2),
+                    (b + 462, b + 560, 0, 7, "gemm_b", "gemm", None, c + 3)]
+        api += [(b - 50, b - 40, c + 1), (b + 300, b + 310, c + 2, "cuLaunchKernelEx"), (b + 450, b + 460, c + 3)]
+        ranges.append((b + 270 - (2_970 if i == 2 else 0), b + 360, "user_annotation", "nccl:all_reduce"))
+        colls.append((b + 312, 10, 10, c + 2))
+    ranks = [_rank(r, kernels, colls, api=api, ranges=ranges, steps=((1, -100, 60_000),)) for r in (0, 1)]
+    w = _estimate(*ranks)
+    assert w.basis == "host_launch"
+    assert w.comm_free_step_saving_ns == 4 * 90 + 4 * 90  # not 4 × 90 + 3_060
+    assert w.details["ranks"]["0"]["host_issue_ns"] == 720
+
+
 def test_host_saving_is_capped_by_the_gpu_waiting_that_follows() -> None:
     # gemm_b is launched at [385, 395) and starts at 397: after the all-reduce (ends 322) the GPU waits 75 only
     w = _estimate(_host_bound(0, next_launch=385), _host_bound(1, next_launch=385))

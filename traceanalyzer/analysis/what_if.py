@@ -4,9 +4,10 @@ With communication free, every rank runs its own compute critical path and the s
 rank. The host timeline of a rank is cut into **segments** at host syncs (``cuda*Synchronize``: the host waits for
 the GPU there, so host time saved before one is lost waiting in it). In each segment the saving is the larger of:
 
-* **host**: the host time of issuing its collectives (the innermost issuing CPU range, see ``host_issue``), capped
-  at the GPU time spent *waiting for the host* after the first of them in the segment (gaps before launch-bound
-  kernels): issuing earlier only helps when the GPU is starved for launches afterwards;
+* **host**: the host time of issuing its collectives (the innermost issuing CPU range, see ``host_issue``; a call
+  counts at most ``ISSUE_OUTLIER`` × the median call of its kind, so one held-up call does not count as
+  communication), capped at the GPU time spent *waiting for the host* after the first of them in the segment
+  (gaps before launch-bound kernels): issuing earlier only helps when the GPU is starved for launches afterwards;
 * **GPU**: its collectives' *exposed* time (comm running, no compute kernel), each capped at the instance's
   cross-rank **transfer** time — waiting for a slower rank moves elsewhere when communication is free. With one
   rank only, the transfer is the 10th percentile of the same collective's (kind, size, kernel) durations. Plus
@@ -40,6 +41,7 @@ from .results import CrossRankSummary, DeviceSummary, WhatIf
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
+ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -127,6 +129,7 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     coll = dev.collectives
     rows = coll[["start_ns", "correlation", "step", "exposed_ns"]].merge(
         ev, on=["start_ns", "correlation"], how="left")
+    rows["kind"] = coll["kind"].astype(str).to_numpy() if "kind" in coll else ""
     rows["exposed_ns"] = rows["exposed_ns"].astype(np.int64)
     own = _own_transfer(coll)
     if matched is not None:
@@ -156,6 +159,15 @@ def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
     return np.minimum(fast.to_numpy(), dur.to_numpy()).astype(np.int64)
 
 
+def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: pd.Series) -> np.ndarray:
+    """Issue time of each call, at most ``ISSUE_OUTLIER`` × the median counted call of the same collective kind:
+    a call far longer than its kind's usual one was held up (preemption, the profiler flushing a buffer), and
+    that time would have been lost wherever it fell."""
+    usual = pd.Series(np.where(counted, issue, np.nan)).groupby(kind.to_numpy()).transform("median")
+    cap = usual.fillna(np.inf).to_numpy() * ISSUE_OUTLIER
+    return np.minimum(issue, cap).astype(np.int64)
+
+
 def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
     """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc)."""
     linked = rows["op"].to_numpy() >= 0
@@ -168,7 +180,7 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
     first_of_op = linked & ~rows["op"].duplicated().to_numpy()
     parts = pd.DataFrame({
         "step": rows["step"].to_numpy(np.int64), "seg": seg,
-        "issue_ns": np.where(first_of_op, b - a, 0),
+        "issue_ns": np.where(first_of_op, _issue_capped(b - a, first_of_op, rows["kind"]), 0),
         "first_b": np.where(linked, b, NEVER), "seg_end": seg_end,
         "gpu_ns": (np.minimum(rows["exposed_ns"], rows["transfer_ns"]) + rows["latency_ns"]).to_numpy(np.int64),
         "latency_ns": rows["latency_ns"].to_numpy(np.int64),
