@@ -78,26 +78,36 @@ def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
 
 def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                    gpu_log: PathLike | None = None, progress: ProgressFn | None = None) -> Any:
-    """Load trace files (or directories of rank traces) and summarize them: the ``summary`` command.
+                    gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
+                    progress: ProgressFn | None = None) -> Any:
+    """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
+    commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields.
 
-    Returns an ``analysis.results.Summary``. Raises :class:`EmptyTraceError` when no file has any kernel activity.
-    While a forked helper decodes part of a big Kineto file, this process imports the analysis modules.
+    Returns an ``analysis.results.Summary``; errors as :func:`load_for_summary`.
     """
+    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
+    from .analysis.summary import SummaryOptions, summarize
+
+    return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
+                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {}))
+
+
+def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
+                     layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
+                     progress: ProgressFn | None = None) -> list[Trace]:
+    """:func:`load_many` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
+    has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file."""
     from .loaders.beside import meanwhile
 
     check_layer_pattern(layer_pattern)
     with meanwhile(_prepare_summary):
         traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    from .analysis.summary import SummaryOptions, summarize
-
     require_kernels(traces, paths)
-    return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                            gpu_log=gpu_log, jobs=jobs))
+    return traces
 
 
 def _prepare_summary() -> None:
-    """What :func:`summarize_paths` needs after loading: the analysis and findings modules, the default rules."""
+    """What a summary needs after loading: the analysis and findings modules, the default rules."""
     import importlib
 
     from .classify.rules import default_rules

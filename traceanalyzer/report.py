@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis.results import Summary
+from .api import DEFAULT_LAYER_PATTERN
 from .errors import BadInputError, EmptyTraceError
 
 PathLike = str | Path
@@ -23,7 +24,7 @@ def default_output(paths: Sequence[PathLike], directory: Path = DEFAULT_DIR) -> 
 
 
 def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
-           jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = r"layer_?\d+",
+           jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
            gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None) -> tuple[Path, Summary]:
     """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
 
@@ -32,7 +33,7 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
     from .analysis.summary import SummaryOptions, summarize
-    from .api import load_many, require_kernels
+    from .api import load_for_summary
     from .render.html import render_html, write_atomic
 
     if not paths:
@@ -40,10 +41,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     target = Path(output) if output is not None else default_output(paths)
     if target.is_dir():
         raise BadInputError(target, "is a directory", "give the report a file name, e.g. -o reports/run.html")
-    traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    require_kernels(traces, paths)
-    options = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
-                             jobs=jobs)
-    summary = summarize(traces, options)
+    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
+    summary = summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
+                                               gpu_log=gpu_log, jobs=jobs))
     written = write_atomic(render_html(summary, traces, cdn=cdn), target)
     return written, summary

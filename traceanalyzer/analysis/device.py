@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..api import DEFAULT_LAYER_PATTERN
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
@@ -154,7 +155,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     """
     act = gather(trace, rank, device)
     step_range = getattr(options, "step_range", None)
-    layer_pattern = getattr(options, "layer_pattern", r"layer_?\d+")
+    layer_pattern = getattr(options, "layer_pattern", DEFAULT_LAYER_PATTERN)
     steps = step_windows(act, step_range) if steps is None else steps
     warnings: list[str] = []
     if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):

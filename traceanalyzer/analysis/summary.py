@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..api import DEFAULT_LAYER_PATTERN, check_layer_pattern, require_kernels
+from ..api import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from ..trace import Trace
 from .device import analyze_device
 from .results import CrossRankSummary, DeviceSummary, Summary, TraceMeta, WhatIf
@@ -159,12 +159,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     unknown = set(options) - fields - {"progress"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    from ..api import load_many
+    from ..api import summarize_paths
 
-    progress = options.pop("progress", None)
-    opts = SummaryOptions(**options)
-    check_layer_pattern(opts.layer_pattern)
-    paths = [p for p in items if isinstance(p, (str, Path))]
-    loaded = load_many(paths, rules=opts.rules, jobs=opts.jobs, progress=progress)
-    require_kernels(loaded, paths)
-    return summarize(loaded, opts)
+    result: Summary = summarize_paths([p for p in items if isinstance(p, (str, Path))], **options)
+    return result
