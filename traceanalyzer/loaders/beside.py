@@ -82,7 +82,7 @@ def share(count: int, work: Callable[[int], T], *, done: Callable[[int], None] |
           min_items: int = 2) -> list[T]:
     """``[work(0), …, work(count - 1)]``, items computed by this process and a forked helper side by side.
 
-    ``done(n)`` is called in this process after each of its items with the number of items claimed so far.
+    ``done(n)`` is called in this process after each of its items ``n - 1`` (items before it are claimed too).
     ``work`` must not print or report progress (the helper's output is discarded); its results must pickle.
     With fewer than ``min_items`` items, or when :func:`helper_allowed` says no, everything runs here.
     """
