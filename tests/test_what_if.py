@@ -108,6 +108,31 @@ def test_host_bound_saving_is_the_host_time_of_issuing() -> None:
     assert r0["issue_source"] == "cpu_op" and r0["comm_launch_bound_pct"] == 100.0
 
 
+def test_whole_call_reading_counts_the_outermost_issuing_range() -> None:
+    # c10d::allreduce_ [250, 380) wraps nccl:all_reduce [270, 360): issue 90, whole call 130 (GPU waits 140 after)
+    w = _estimate(_host_bound(0), _host_bound(1))
+    assert w.comm_free_step_saving_ns == 90
+    assert w.details["whole_call_saving_ns"] == 130
+    assert w.details["ranks"]["0"]["host_call_ns"] == 130 and w.details["ranks"]["0"]["host_issue_ns"] == 90
+
+
+def test_whole_call_of_two_collectives_counts_once_and_stays_capped() -> None:
+    # one user range "allreduce" [240, 700) makes two all-reduces (each its own nccl:* range): issue 2 × 90 (not
+    # widened to the CUDA calls of the user range, which span both); the whole call counts once (460), capped at
+    # the GPU waiting for launches after it (gemm_b: 862 − 622 = 240)
+    kernels = [(0, 100, 0, 7, "gemm_a", "gemm", None, 1), (312, 322, 0, 7, NCCL, "communication", "all_reduce", 2),
+               (612, 622, 0, 7, NCCL, "communication", "all_reduce", 4),
+               (862, 960, 0, 7, "gemm_b", "gemm", None, 3)]
+    api = [(-50, -40, 1), (300, 310, 2, "cuLaunchKernelEx"), (600, 610, 4, "cuLaunchKernelEx"), (850, 860, 3)]
+    ranges = [(240, 700, "user_annotation", "allreduce"), (270, 360, "user_annotation", "nccl:all_reduce"),
+              (570, 660, "user_annotation", "nccl:all_reduce")]
+    ranks = [_rank(r, kernels, [(312, 10, 10, 2), (612, 10, 10, 4)], api=api, ranges=ranges) for r in (0, 1)]
+    w = _estimate(*ranks)
+    assert w.comm_free_step_saving_ns == 180
+    assert w.details["whole_call_saving_ns"] == 240
+    assert w.details["ranks"]["1"]["host_call_ns"] == 460
+
+
 def test_nccl_only_range_is_widened_to_the_cuda_calls_of_the_issuing_call() -> None:
     # nsys-like: NCCL's NVTX range covers only the NCCL call [298, 312); the user's "allreduce" range around the
     # whole call also makes the stream-sync and work-end event calls: issue = first to last CUDA call, [250, 360)

@@ -14,6 +14,8 @@
   Where the CUDA calls made inside the outermost issuing range span longer (first start to last end), that span
   is taken instead: NCCL's NVTX range (nsys) covers only the NCCL call, not ProcessGroupNCCL's stream-sync and
   work-end events around it, which Kineto's ``nccl:*`` record does cover.
+* **whole call** of a communication kernel: the outermost such range (the user's range named after the
+  collective, else the ``c10d::*`` op): everything the host did for the collective, c10d's wrapper included.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class HostEvidence:
     issue_end_ns: np.ndarray
     issue_op: np.ndarray  # id shared by kernels issued by one op (or one launch call), -1 when none
     issue_source: np.ndarray  # "cpu_op" | "launch_api" | "none"
+    call_start_ns: np.ndarray  # whole call: the outermost issuing range (the issue itself where none is wider)
+    call_end_ns: np.ndarray
+    call_op: np.ndarray  # id shared by kernels issued by one whole call, -1 when none
     wait_anchor_ns: np.ndarray  # host time (launch end) of each GPU-waiting-for-host gap, sorted
     wait_cumsum_ns: np.ndarray  # cumulative gap length, ``len(anchor) + 1`` entries
     sync_start_ns: np.ndarray  # starts of host-blocking sync calls of the device's processes, sorted
@@ -178,15 +183,19 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     # the CUDA calls the outermost issuing range makes (stream-sync events, the launch, the work-end event) stand
     # in for the collective's runtime work where the innermost range is only the NCCL call (nsys)
     outer = np.where(has_op, outer, -1)
-    span_s, span_e = api_span_within(trace, np.where(outer >= 0, o_s[np.maximum(outer, 0)], 0) if len(o_s) else
-                                     np.zeros(len(k), dtype=np.int64),
-                                     np.where(outer >= 0, o_e[np.maximum(outer, 0)], 0) if len(o_s) else
-                                     np.zeros(len(k), dtype=np.int64),
-                                     np.where(outer >= 0, o_thread[np.maximum(outer, 0)], -1) if len(o_s) else
-                                     np.full(len(k), -1, dtype=np.int64))
-    in_s = o_s[np.maximum(op, 0)] if len(o_s) else np.full(len(k), -1, dtype=np.int64)
-    in_e = o_e[np.maximum(op, 0)] if len(o_s) else np.full(len(k), -1, dtype=np.int64)
-    use_span = has_op & (outer >= 0) & (span_s >= 0) & (span_e - span_s > in_e - in_s)
+    none = np.full(len(k), -1, dtype=np.int64)
+    out_s = np.where(outer >= 0, o_s[np.maximum(outer, 0)], -1) if len(o_s) else none
+    out_e = np.where(outer >= 0, o_e[np.maximum(outer, 0)], -1) if len(o_s) else none
+    span_s, span_e = api_span_within(trace, out_s, out_e, np.where(outer >= 0, o_thread[np.maximum(outer, 0)], -1)
+                                     if len(o_s) else none)
+    in_s = o_s[np.maximum(op, 0)] if len(o_s) else none
+    in_e = o_e[np.maximum(op, 0)] if len(o_s) else none
+    # widened only where the outermost range makes this one collective (a user range around several calls spans
+    # them all)
+    pairs = np.unique(np.c_[outer, op][has_op & (outer >= 0)], axis=0)
+    ops_in_outer = np.bincount(pairs[:, 0], minlength=len(o_s)) if len(pairs) else np.zeros(len(o_s), np.int64)
+    single = (outer >= 0) & (ops_in_outer[np.maximum(outer, 0)] == 1) if len(o_s) else np.zeros(len(k), bool)
+    use_span = has_op & single & (span_s >= 0) & (span_e - span_s > in_e - in_s)
     # without an issuing range, the launch call itself; a call that launched several kernels (a CUDA graph)
     # is split evenly, and each communication kernel owns its share
     call = np.where(linked, act.launch_row, -1) + 1  # 0 = no launch call; counted without sorting
@@ -194,7 +203,11 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     share = (launch_end - act.launch_ns) // launched
     issue_start = np.where(has_op, np.where(use_span, span_s, in_s), np.where(linked & comm, act.launch_ns, -1))
     issue_end = np.where(has_op, np.where(use_span, span_e, in_e), np.where(linked & comm, act.launch_ns + share, -1))
+    whole = has_op & (outer >= 0)
+    call_start = np.where(whole, np.minimum(out_s, issue_start), issue_start)
+    call_end = np.where(whole, np.maximum(out_e, issue_end), issue_end)
     owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + np.arange(len(k)), -1))
+    call_owner = np.where(whole, outer, owner)
     source = np.where(has_op, "cpu_op", np.where(linked & comm, "launch_api", "none"))
 
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
@@ -202,5 +215,5 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     sync_ids = [i for i in distinct.tolist() if HOST_SYNC.search(trace.strings[i])]
     launching = np.unique(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
     is_sync = np.isin(api["name_id"], sync_ids) & np.isin(thread_key(api["pid"], api["tid"]), launching)
-    return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, anchor, cumsum,
-                        np.sort(api["start_ns"][is_sync]))
+    return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, call_start, call_end,
+                        call_owner, anchor, cumsum, np.sort(api["start_ns"][is_sync]))

@@ -125,6 +125,8 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         "launch_bound": host.launch_bound[comm], "latency_ns": _dependency_latency(act, host)[comm],
         "issue_start_ns": host.issue_start_ns[comm],
         "issue_end_ns": host.issue_end_ns[comm], "op": host.issue_op[comm], "source": host.issue_source[comm],
+        "call_start_ns": host.call_start_ns[comm], "call_end_ns": host.call_end_ns[comm],
+        "call_op": host.call_op[comm],
     }).drop_duplicates(["start_ns", "correlation"])
     coll = dev.collectives
     rows = coll[["start_ns", "correlation", "step", "exposed_ns"]].merge(
@@ -142,6 +144,7 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         rows["transfer_ns"] = own
         rows["wait_ns"] = coll["duration_ns"].to_numpy(np.int64) - own
     rows["op"] = rows["op"].fillna(-1).astype(np.int64)
+    rows["call_op"] = rows["call_op"].fillna(-1).astype(np.int64)
     rows["launch_bound"] = rows["launch_bound"].fillna(False).astype(bool)
     rows["latency_ns"] = rows["latency_ns"].fillna(0).astype(np.int64)
     rows["source"] = rows["source"].fillna("none")
@@ -168,16 +171,19 @@ def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: pd.Series) -> np
     return np.minimum(issue, cap).astype(np.int64)
 
 
-def _segment_savings(rows: pd.DataFrame, host: HostEvidence) -> pd.DataFrame:
-    """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc)."""
-    linked = rows["op"].to_numpy() >= 0
-    b = np.where(linked, rows["issue_end_ns"].fillna(-1).to_numpy(np.int64), -1)
-    a = np.where(linked, rows["issue_start_ns"].fillna(-1).to_numpy(np.int64), -1)
+def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = False) -> pd.DataFrame:
+    """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc). With
+    ``whole_call``, a collective's host time is its whole call (outermost issuing range) instead of its issue."""
+    op, start, end = ("call_op", "call_start_ns", "call_end_ns") if whole_call else \
+        ("op", "issue_start_ns", "issue_end_ns")
+    linked = rows[op].to_numpy() >= 0
+    b = np.where(linked, rows[end].fillna(-1).to_numpy(np.int64), -1)
+    a = np.where(linked, rows[start].fillna(-1).to_numpy(np.int64), -1)
     sync = host.sync_start_ns
     seg = np.where(linked, np.searchsorted(sync, b, side="right"), -1)
     seg_end = np.where(linked & (seg < len(sync)), sync[np.minimum(seg, max(len(sync) - 1, 0))]
                        if len(sync) else NEVER, NEVER)
-    first_of_op = linked & ~rows["op"].duplicated().to_numpy()
+    first_of_op = linked & ~rows[op].duplicated().to_numpy()
     parts = pd.DataFrame({
         "step": rows["step"].to_numpy(np.int64), "seg": seg,
         "issue_ns": np.where(first_of_op, _issue_capped(b - a, first_of_op, rows["kind"]), 0),
@@ -224,6 +230,9 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
     steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
+    whole = _segment_savings(rows, host, whole_call=True).reindex(steps.index).fillna(0)
+    steps["call_issue_ns"] = whole["host_issue_ns"].astype(np.int64)
+    steps["call_own_ns"] = (whole["saving_ns"] + steps["contention_ns"]).astype(np.int64)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -253,6 +262,7 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
         "host_issue_ns": int(med["host_issue_ns"]), "host_issue_critical_ns": int(med["host_part_ns"]),
+        "host_call_ns": int(med["call_issue_ns"]), "whole_call_own_ns": int(med["call_own_ns"]),
         "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
         "dependency_latency_ns": int(med["latency_ns"]),
         "collectives_per_step": int(med["collectives"]),
@@ -280,6 +290,8 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
         else pd.DataFrame()
     host = pd.concat({r: s["host_part_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
         else pd.DataFrame()
+    whole = pd.concat({r: s["call_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
+        else pd.DataFrame()
     details: dict[str, Any] = {
         "method": "per host-sync segment max(host issue time GPU waited for, exposed transfer) + contention, "
                   "of the rank that waits least; median over steps",
@@ -302,4 +314,5 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
                                                                                         strict=True)}
     details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
     details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
+    details["whole_call_saving_ns"] = int(np.median(whole.to_numpy()[rows, pick]))
     return WhatIf(int(np.median(step_saving)), _basis(int(step_host.sum()), int(step_saving.sum())), details)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import SupportsFloat
+from typing import Any, SupportsFloat
 
 #: Buckets in display order (TAXONOMY.md); unknown buckets sort after these.
 BUCKET_ORDER: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory",
@@ -79,3 +79,16 @@ def device_label(rank: int, device: int, name: str | None = None, *, with_name: 
     """``rank 0 · GPU 1`` (rank omitted when unknown), optionally with the GPU model."""
     head = f"rank {rank} · GPU {device}" if rank is not None and rank >= 0 else f"GPU {device}"
     return f"{head} ({name})" if with_name and name else head
+
+
+WHOLE_CALL_MIN_RATIO = 1.1  # show the whole-call reading of a host-bound what-if when it is this much larger
+
+
+def whole_call_text(what_if: Any) -> str:
+    """The what-if counting each collective's whole host call (c10d wrapper included, ``details.
+    whole_call_saving_ns``), where the step is host-bound and that reading differs; else ``""``."""
+    whole = what_if.details.get("whole_call_saving_ns")
+    base = what_if.comm_free_step_saving_ns
+    if whole is None or base is None or what_if.basis == "gpu_transfer" or whole < base * WHOLE_CALL_MIN_RATIO:
+        return ""
+    return f"counting the whole collective calls on the host: {fmt_ns(whole)}"
