@@ -151,6 +151,33 @@ def test_eager_decode_is_host_bound_and_graphs_decode_is_not(shared_data: Path):
     assert _found(_kineto(shared_data, "decode_serial_graphs"), "host_bound_no_cuda_graphs") is None
 
 
+# --- collective_host_cost ----------------------------------------------------------------------------------------
+
+def test_collective_host_cost_in_eager_decode_only(shared_data: Path):
+    found = _found(_kineto(shared_data, "decode_serial"), "collective_host_cost")
+    assert found is not None and found.evidence["collectives_per_step"] == {"allreduce": 32}
+    ev = found.evidence
+    # NCCL's issue (~75 µs per call) inside the whole c10d call (~0.12 ms), both per step on the limiting rank
+    assert ev["host_issue_ns_per_step"] < ev["host_call_ns_per_step"] < 2 * ev["host_issue_ns_per_step"]
+    assert found.impact_ns_per_step == ev["host_issue_critical_ns"] <= ev["host_issue_ns_per_step"]
+    assert ev["whole_call_saving_ns"] > found.impact_ns_per_step
+    for run in ("prefill_serial", "decode_serial_graphs"):  # GPU-bound: nothing to say
+        assert _found(_kineto(shared_data, run), "collective_host_cost") is None, run
+    # the overlapped prefill's straggler, rank 1, is partly host-bound (GPU idle 30%, 97 host syncs): its host cost
+    overlap = _found(_kineto(shared_data, "prefill_overlap"), "collective_host_cost")
+    assert overlap is not None and overlap.evidence["rank"] == 1 and overlap.evidence["what_if_basis"] == "mixed"
+
+
+def test_fixture_eager_decode_reports_the_host_cost_of_its_allreduces():
+    summary = _summary([FIXTURES / "kineto" / "ab" / "tp2_decode_eager_c"])
+    found = _found(summary, "collective_host_cost")
+    assert found is not None and found.evidence["collectives_per_step"] == {"allreduce": 8}
+    # the user's allreduce range (~0.14 ms per call) wraps c10d and NCCL's issue (~70 µs)
+    assert 0.9 * MS < found.evidence["host_call_ns_per_step"] < 1.4 * MS
+    assert 0.4 * MS < found.impact_ns_per_step < 0.7 * MS
+    assert _found(_summary([FIXTURES / "kineto" / "tp2_prefill_serial"]), "collective_host_cost") is None
+
+
 def test_fixture_graphs_decode_is_not_host_bound():
     summary = _summary([FIXTURES / "kineto" / "tp2_decode_graphs"])
     assert _found(summary, "host_bound_no_cuda_graphs") is None

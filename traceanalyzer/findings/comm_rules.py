@@ -291,3 +291,48 @@ def comm_compute_contention(ctx: FindingContext) -> list[Finding]:
                                                                             ranks.items()},
                   "what_if_ns": ctx.summary.what_if.comm_free_step_saving_ns, "source": "what_if.details"},
     )]
+
+
+def collective_host_cost(ctx: FindingContext) -> list[Finding]:
+    """Host-bound steps in which issuing the collectives on the host delays the launches the GPU waits for
+    (eager decode: the GPU idles between launches while the host runs each collective call).
+
+    Impact: the what-if's host part on the rank that sets the step most often (``host_issue_critical_ns``: issue
+    time the GPU waited for). The title adds the whole-call reading (``whole_call_saving_ns``: each collective's
+    whole host call, c10d's wrapper included)."""
+    what_if = ctx.summary.what_if
+    details = what_if.details
+    ranks = details.get("ranks") or {}
+    limiting = list((details.get("limiting_rank_by_step") or {}).values())
+    if what_if.basis == "gpu_transfer" or not ranks or not limiting:
+        return []
+    rank = str(max(set(limiting), key=limiting.count))
+    evidence = ranks.get(rank, {})
+    impact = int(evidence.get("host_issue_critical_ns") or 0)
+    calls = int(evidence.get("collectives_per_step") or 0)
+    dev = next((d for d in ctx.summary.devices if str(d.rank) == rank), None)
+    if dev is None or calls <= 0 or not ctx.worth_reporting(dev, impact):
+        return []
+    pct = ctx.pct_of_step(dev, impact)
+    issue, call = int(evidence.get("host_issue_ns") or 0), int(evidence.get("host_call_ns") or 0)
+    whole = int(details.get("whole_call_saving_ns") or 0)
+    reading = f"{ms(impact)}/step ({pct:.0f}%)" + (f", {ms(whole)} counting the whole calls" if whole > impact
+                                                     else "")
+    counts = count_per_step(ctx, dev, ctx.collectives(dev))
+    return [Finding(
+        id="collective_host_cost",
+        title=f"Rank {dev.rank}'s GPU waits for the host, and its {kinds_text(counts)} per step hold the host "
+              f"{ms(call)} ({ms(call // calls)} per call, NCCL's issue {ms(issue // calls)}): issuing them "
+              f"costs {reading}",
+        impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
+        recommendation="Issue fewer collectives from the host: capture the step with its collectives in a CUDA "
+                       "graph, fuse each all-reduce with the residual add + RMSNorm (one call), or use a lighter "
+                       "all-reduce path (custom / symmetric-memory all-reduce) than ProcessGroupNCCL's.",
+        evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
+                  "host_issue_ns_per_step": issue, "host_call_ns_per_step": call,
+                  "host_issue_critical_ns": impact, "whole_call_saving_ns": whole or None,
+                  "gpu_idle_pct": evidence.get("gpu_idle_pct"), "host_syncs": evidence.get("host_syncs"),
+                  "launch_bound_collectives_per_step": evidence.get("launch_bound_collectives_per_step"),
+                  "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,
+                  "source": "what_if.details"},
+    )]
