@@ -28,6 +28,7 @@ NSYS=${NSYS:-$(command -v nsys || echo /opt/nvidia/nsight-compute/2025.3.1/host/
 NSYS_MODES=${NSYS_MODES:-prefill_serial prefill_overlap}
 MODES=${MODES:-prefill_serial prefill_overlap decode_eager decode_graphs}
 LAYERS=4
+PARTS=${PARTS:-profiled truth ab nsys}  # which of the stages below to run
 EXTRA=${EXTRA:-}  # extra moe_tp.py options, e.g. smaller sizes for a CPU dry run
 RUN="$PY -m torch.distributed.run --nproc-per-node $NGPU examples/moe_tp.py $EXTRA"
 TMP=$(mktemp -d)
@@ -45,25 +46,36 @@ exec > >(tee -a "$DEST/run.log") 2>&1
 } > "$DEST/versions.txt" 2>&1
 cat "$DEST/versions.txt"
 
-echo "== profiled runs (Kineto)"
-timeout 300 $RUN --mode $MODES --layers $LAYERS --warmup 3 --steps 3 --outdir "$TMP/kineto"
-for mode in $MODES; do
-  mkdir -p "$DEST/kineto/tp${NGPU}_$mode"
-  for ((r = 0; r < NGPU; r++)); do
-    mv "$TMP/kineto/${mode}_rank$r.json.gz" "$DEST/kineto/tp${NGPU}_$mode/rank$r.json.gz"
+if [[ " $PARTS " == *" profiled "* ]]; then
+  echo "== profiled runs (Kineto)"
+  timeout 300 $RUN --mode $MODES --layers $LAYERS --warmup 3 --steps 3 --outdir "$TMP/kineto"
+  for mode in $MODES; do
+    mkdir -p "$DEST/kineto/tp${NGPU}_$mode"
+    for ((r = 0; r < NGPU; r++)); do
+      mv "$TMP/kineto/${mode}_rank$r.json.gz" "$DEST/kineto/tp${NGPU}_$mode/rank$r.json.gz"
+    done
   done
-done
+fi
 
-echo "== step times without the profiler, with and without the all-reduces"
-timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --warmup 5 --steps 30 --truth-dir "$DEST/truth"
-timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --comm-off --warmup 5 --steps 30 \
-  --truth-dir "$DEST/truth"
+if [[ " $PARTS " == *" truth "* ]]; then
+  echo "== step times without the profiler, with and without the all-reduces"
+  timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --warmup 5 --steps 30 --truth-dir "$DEST/truth"
+  timeout 300 $RUN --mode $MODES --layers $LAYERS --no-profile --comm-off --warmup 5 --steps 30 \
+    --truth-dir "$DEST/truth"
+fi
 
 echo "== validation runs: profiled, then --ab-rounds with / without the all-reduces in the same processes"
-# fixtures/kineto/ab/tp2_<mode>_a (CPUs not pinned) and tp2_<mode>_b (--pin-cpus 4; decode_eager, prefill_serial)
-# c: decode_eager, the variant without all-reduces profiled too (tp2_decode_eager_c_nocomm)
-for variant in "a:0:$MODES:" "b:4:decode_eager prefill_serial:" "c:0:decode_eager:--ab-profile-both"; do
+# tag:pin:modes:extra options. fixtures/kineto/ab/tp2_<mode>_a (CPUs not pinned), tp2_<mode>_b (--pin-cpus 4);
+# c: decode_eager, the variant without all-reduces profiled too (tp2_decode_eager_c_nocomm);
+# d, e, f: decode_hostsync with 16 layers like the shared decode_serial run (d also profiled without, f pinned)
+AB_VARIANTS=("a:0:$MODES:" "b:4:decode_eager prefill_serial:" "c:0:decode_eager:--ab-profile-both"
+             "d:0:decode_hostsync:--ab-profile-both --layers 16" "e:0:decode_hostsync:--layers 16"
+             "f:4:decode_hostsync:--layers 16")
+AB_TAGS=${AB_TAGS:-abcdef}  # which of them to run
+[[ " $PARTS " == *" ab "* ]] || AB_TAGS=""
+for variant in "${AB_VARIANTS[@]}"; do
   IFS=: read -r tag pin modes extra <<< "$variant"
+  [[ "$AB_TAGS" == *"$tag"* ]] || continue
   timeout 300 $RUN --mode $modes --layers $LAYERS --warmup 3 --steps 3 --outdir "$TMP/ab_$tag" --ab-rounds 5 \
     --ab-steps 30 --pin-cpus "$pin" --truth-dir "$TMP/ab_truth_$tag" $extra
   for mode in $modes; do
@@ -79,7 +91,7 @@ for variant in "a:0:$MODES:" "b:4:decode_eager prefill_serial:" "c:0:decode_eage
   done
 done
 
-if [ -x "$NSYS" ]; then
+if [ -x "$NSYS" ] && [[ " $PARTS " == *" nsys "* ]]; then
   NSYS_ENV=()
   if [ -d .nsysdeps ]; then
     NSYS_ENV=(env "LD_LIBRARY_PATH=$PWD/.nsysdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}")

@@ -15,6 +15,9 @@ Modes:
                    CUDA events, so one micro-batch's all-reduce overlaps the other's compute.
   decode_eager     one new token for each of 64 sequences against a 1024-token KV cache; launch-bound.
   decode_graphs    the decode step captured once as a CUDA graph and replayed.
+  decode_hostsync  decode_eager whose MoE block reads the expert loads on the host (``bincount`` and a copy to
+                   the CPU: two host syncs per layer), as MoE code that sizes or logs per-expert work does; the
+                   host waits for the GPU twice a layer instead of running ahead.
 
 Commands (the fixtures in fixtures/ were made with examples/make_fixtures.sh):
   # profiled: <outdir>/<mode>_rank<N>.json.gz per rank (3 profiled steps after 1 wait + 1 warm-up step)
@@ -54,7 +57,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-MODES = ("prefill_serial", "prefill_overlap", "decode_eager", "decode_graphs")
+MODES = ("prefill_serial", "prefill_overlap", "decode_eager", "decode_graphs", "decode_hostsync")
 
 try:  # the nvtx package is optional; torch.cuda.nvtx needs a CUDA build
     import nvtx as _nvtx_pkg
@@ -77,6 +80,7 @@ class Config:
     kv_len: int
     decode: bool
     microbatches: int
+    host_routing: bool = False
 
     @property
     def tokens(self) -> int:
@@ -146,6 +150,7 @@ class Layer:
     def __init__(self, cfg: Config, world: int, device: torch.device, grouped: bool) -> None:
         dt = torch.bfloat16
         self.cfg, self.grouped = cfg, grouped
+        self.max_load = 0  # the most tokens any expert got (host routing only)
         self.heads = cfg.heads // world
         self.head_dim = cfg.hidden // cfg.heads
         ffn = cfg.expert_ffn // world
@@ -186,8 +191,12 @@ class Layer:
         flat = experts.flatten()
         order = torch.argsort(flat, stable=True)
         token = order // cfg.topk
-        counts = torch.zeros(cfg.experts, device=x.device, dtype=torch.int32)
-        counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))  # no host sync
+        if cfg.host_routing:  # expert loads read on the host: bincount syncs, and so does the copy
+            counts = torch.bincount(flat, minlength=cfg.experts).to(torch.int32)
+            self.max_load = max(self.max_load, max(counts.cpu().tolist()))
+        else:
+            counts = torch.zeros(cfg.experts, device=x.device, dtype=torch.int32)
+            counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))  # no host sync
         offs = counts.cumsum(0, dtype=torch.int32)
         gate_up = expert_gemm(xn[token], self.w_gate_up, offs, self.grouped)
         gate, up = gate_up.chunk(2, dim=-1)
@@ -311,7 +320,7 @@ def config_for(mode: str, args: argparse.Namespace) -> Config:
         layers=args.layers, hidden=args.hidden, heads=args.heads, experts=args.experts, topk=args.topk,
         expert_ffn=args.expert_ffn, batch=args.decode_batch if decode else args.prefill_batch,
         seq=1 if decode else args.prefill_seq, kv_len=args.kv_len, decode=decode,
-        microbatches=2 if mode == "prefill_overlap" else 1,
+        microbatches=2 if mode == "prefill_overlap" else 1, host_routing=mode == "decode_hostsync",
     )
 
 
