@@ -178,6 +178,26 @@ def test_fixture_eager_decode_reports_the_host_cost_of_its_allreduces():
     assert _found(_summary([FIXTURES / "kineto" / "tp2_prefill_serial"]), "collective_host_cost") is None
 
 
+# --- collectives_without_kernels ---------------------------------------------------------------------------------
+
+def test_single_gpu_allreduce_calls_without_kernels():
+    """World size 1: 32 all-reduce calls a step launch nothing, yet the step is 4.01 ms/step slower with them."""
+    summary = _summary([FIXTURES / "kineto" / "ab" / "tp1_decode_hostsync_d"])
+    found = _found(summary, "collectives_without_kernels")
+    assert found is not None and found.evidence["collectives_per_step"] == {"allreduce": 32}
+    assert found.evidence["names"] == {"allreduce": 96}  # the user's range around each call, 3 steps
+    assert 3.5 * MS < found.impact_ns_per_step < 5.0 * MS  # measured 4.01 ms/step (same-process rounds)
+    assert _found(summary, "collective_host_cost") is None  # not reported twice
+
+
+def test_no_calls_without_kernels_where_collectives_launch_kernels(shared_data: Path, tmp_path: Path):
+    for run in ("decode_serial", "prefill_overlap"):  # prefill_overlap: record_param_comms of work.wait()
+        assert _found(_kineto(shared_data, run), "collectives_without_kernels") is None, run
+    # nsys: NCCL's communicator init / destroy ranges are not collective calls
+    assert _found(_summary([FIXTURES / "nsys" / "tp2_prefill_serial.sqlite"]), "collectives_without_kernels") is None
+    assert _found(_summary([FIXTURES / "kineto" / "tp2_decode_graphs"]), "collectives_without_kernels") is None
+
+
 def test_fixture_graphs_decode_is_not_host_bound():
     summary = _summary([FIXTURES / "kineto" / "tp2_decode_graphs"])
     assert _found(summary, "host_bound_no_cuda_graphs") is None

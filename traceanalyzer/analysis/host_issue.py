@@ -24,9 +24,12 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..trace import Trace
+from . import intervals as iv
 from .activity import DeviceActivity
+from .collectives import kind_of
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
 # CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
@@ -34,6 +37,7 @@ LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, o
 ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A-Za-z]+$)|"
                       r"^(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)$")
 HOST_SYNC = re.compile(r"Synchronize")
+NOT_A_CALL = ("record_param_comms",)  # an issuing range that never stands alone for a collective call
 MAX_WALK = 8  # closed ranges stepped over when looking for the innermost open range before a launch
 
 
@@ -70,20 +74,72 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return np.asarray(pid, dtype=np.int64) * (1 << 32) + (np.asarray(tid, dtype=np.int64) & 0xFFFFFFFF)
 
 
-def issue_ranges(trace: Trace, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CPU ranges of the processes named like a collective issue: ``(start, end, thread)``, sorted by thread,
-    start, longest first."""
+def issue_ranges(trace: Trace, pids: np.ndarray, with_names: bool = False) -> tuple[np.ndarray, ...]:
+    """CPU ranges of the processes named like a collective issue: ``(start, end, thread[, name_id])``, sorted by
+    thread, start, longest first."""
     r = trace.ranges
     empty = np.empty(0, dtype=np.int64)
     if len(r) == 0:
-        return empty, empty, empty
+        return (empty,) * (4 if with_names else 3)
     distinct = np.unique(r["name_id"][r["name_id"] >= 0])
     wanted = np.array([i for i in distinct.tolist() if ISSUE_OP.search(trace.strings[i])], dtype=np.int64)
     sel = np.isin(r["name_id"], wanted) & np.isin(r["pid"], pids) & (r["device"] < 0) & (r["end_ns"] > r["start_ns"])
     s, e = r["start_ns"][sel], r["end_ns"][sel]
     thread = thread_key(r["pid"][sel], r["tid"][sel])
     order = np.lexsort((-(e - s), s, thread))
-    return s[order], e[order], thread[order]
+    out = (s[order], e[order], thread[order])
+    return (*out, r["name_id"][sel][order]) if with_names else out
+
+
+def host_only_collectives(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
+    """Whole collective calls (outermost issuing ranges) on the threads that launch this device's kernels that
+    launch no communication kernel: collectives done on the CPU side (a process group of one rank, gloo on CPU
+    tensors). Columns ``start_ns, end_ns, name, kind``, ``issue_ns`` (the shortest issuing range inside the call:
+    its issue reading) and ``before_ns`` / ``after_ns``: GPU start of the last kernel launched before the call on
+    its thread and of the first launched after it (-1 when none)."""
+    out = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in ("start_ns", "end_ns", "issue_ns", "before_ns",
+                                                                 "after_ns")})
+    linked = act.launch_row >= 0
+    s, e, thread, name = issue_ranges(trace, act.pids, with_names=True)
+    if len(s) == 0 or not linked.any():
+        return out.assign(name=pd.Series(dtype=object), kind=pd.Series(dtype=object))
+    k_thread = thread_key(act.launch_pid[linked], act.launch_tid[linked])
+    keep = np.isin(thread, k_thread)
+    s, e, thread, name = s[keep], e[keep], thread[keep], name[keep]
+    _, lane = np.unique(np.r_[thread, k_thread], return_inverse=True)
+    lane = lane.ravel()
+    launch = act.launch_ns[linked]
+    t0 = int(min(s.min(), launch.min())) if len(s) else 0
+    span = int(max(e.max(), launch.max()) - t0) + 1 if len(s) else 1
+    rs, re_ = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
+    outermost = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]] if len(s) else np.zeros(0, bool)
+    # the issue reading of each call: the shortest issuing range inside it (ranges nested in an outermost one
+    # follow it in this order, up to the next outermost one)
+    shortest = np.minimum.reduceat(e - s, np.flatnonzero(outermost)) if len(s) else np.zeros(0, np.int64)
+    issue = np.zeros(len(s), dtype=np.int64)
+    issue[outermost] = shortest
+    kl = _lift(launch, lane[len(s):], t0, span)
+    order = np.argsort(kl, kind="stable")
+    kl, k_start = kl[order], act.kernels["start_ns"][linked][order]
+    comm_l = np.sort(kl[act.kernel_is_comm[linked][order]])
+    no_comm = np.searchsorted(comm_l, re_, side="left") == np.searchsorted(comm_l, rs, side="left")
+    sel = outermost & no_comm
+    lo = np.searchsorted(kl, rs[sel], side="left") - 1  # last launch before the call (same lane: lane-lifted)
+    hi = np.searchsorted(kl, re_[sel], side="left")  # first launch after it
+    lane_of = lane[: len(s)][sel]
+    lo_ok = (lo >= 0) & (kl[np.maximum(lo, 0)] // span == lane_of) if len(kl) else np.zeros(0, bool)
+    hi_ok = (hi < len(kl)) & (kl[np.minimum(hi, len(kl) - 1)] // span == lane_of) if len(kl) else lo_ok
+    names = np.array(trace.strings, dtype=object)[name[sel]] if sel.any() else np.empty(0, dtype=object)
+    calls = pd.DataFrame({
+        "start_ns": s[sel], "end_ns": e[sel], "issue_ns": issue[sel], "name": names,
+        "kind": [kind_of(None, n) for n in names],
+        "before_ns": np.where(lo_ok, k_start[np.maximum(lo, 0)], -1) if len(kl) else -1,
+        "after_ns": np.where(hi_ok, k_start[np.minimum(hi, len(kl) - 1)], -1) if len(kl) else -1,
+    })
+    # collectives only (NCCL's communicator set-up and tear-down ranges are not), and not the profiler's own
+    # record of a work's wait()
+    known = (calls["kind"] != "other") | calls["name"].str.contains("barrier", case=False)
+    return calls[known & ~calls["name"].isin(NOT_A_CALL)].reset_index(drop=True)
 
 
 def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
@@ -217,3 +273,19 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     is_sync = np.isin(api["name_id"], sync_ids) & np.isin(thread_key(api["pid"], api["tid"]), launching)
     return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, call_start, call_end,
                         call_owner, anchor, cumsum, np.sort(api["start_ns"][is_sync]))
+
+
+def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame) -> pd.DataFrame:
+    """:func:`host_only_collectives` inside steps, with their ``step``: a call counts in a step when the kernels
+    launched just before and just after it (same thread) both run in a step window (so calls during warm-up or
+    CUDA-graph capture do not); the step is the later kernel's."""
+    calls = host_only_collectives(trace, act)
+    if not len(calls) or not len(per_step):
+        return calls.assign(step=pd.Series(dtype=np.int64))
+    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
+    ws, we = per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order]
+    after = iv.window_of(calls["after_ns"].to_numpy(np.int64), ws, we)
+    before = iv.window_of(calls["before_ns"].to_numpy(np.int64), ws, we)
+    ok = (calls["after_ns"].to_numpy() >= 0) & (calls["before_ns"].to_numpy() >= 0) & (after >= 0) & (before >= 0)
+    steps = per_step["step"].to_numpy()[order]
+    return calls[ok].assign(step=steps[after[ok]].astype(np.int64)).reset_index(drop=True)

@@ -35,7 +35,7 @@ import pandas as pd
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
-from .host_issue import HostEvidence, host_evidence
+from .host_issue import HostEvidence, host_evidence, host_only_in_steps
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
@@ -151,6 +151,21 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     return rows
 
 
+def _host_only_rows(calls: pd.DataFrame, first_id: int) -> pd.DataFrame:
+    """Rows like :func:`_instances`' for collective calls that launched no kernel (CPU-side collectives): host time
+    only — the issue reading is the shortest issuing range inside the call, the whole call its outermost range."""
+    n = len(calls)
+    ids = first_id + np.arange(n, dtype=np.int64)
+    end = calls["end_ns"].to_numpy(np.int64)
+    zero = np.zeros(n, dtype=np.int64)
+    return pd.DataFrame({
+        "start_ns": calls["start_ns"].to_numpy(np.int64), "step": calls["step"].to_numpy(np.int64),
+        "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero,
+        "issue_start_ns": end - calls["issue_ns"].to_numpy(np.int64), "issue_end_ns": end, "op": ids,
+        "source": "cpu_op", "call_start_ns": calls["start_ns"].to_numpy(np.int64), "call_end_ns": end,
+        "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero, "wait_ns": zero})
+
+
 def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
     """Transfer time of each instance from this rank alone: the 10th percentile of the durations of the same
     collective (kind, size, kernel) — its fastest instances are those where this rank arrived last."""
@@ -216,12 +231,20 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
 
 
 def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
-                ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence."""
+                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+    """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
+    the device has neither collectives nor collective calls without kernels."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
         else gather(trace, dev.rank, dev.device)
+    cpu_side = host_only_in_steps(trace, act, dev.per_step)
+    if len(dev.collectives) == 0 and len(cpu_side) == 0:
+        return None
     host = host_evidence(trace, act)
     rows = _instances(dev, act, host, matched)
+    if len(cpu_side):
+        first = int(max(rows["op"].max(), rows["call_op"].max(), -1)) + 1 if len(rows) else 0
+        rows = pd.concat([rows, _host_only_rows(cpu_side, first)], ignore_index=True) if len(rows) else \
+            _host_only_rows(cpu_side, first)
     steps = _segment_savings(rows, host)
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
@@ -241,6 +264,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         "comm_launch_bound_pct": _pct(int(host.launch_bound[comm].sum()), int(comm.sum())),
         "host_syncs": len(host.sync_start_ns),
         "issue_source": rows["source"].mode().iat[0] if len(rows) else "none",
+        "calls_without_kernels": len(cpu_side),
     }
     per_step = dev.per_step
     if len(per_step) and {"duration_ns", "idle_ns"} <= set(per_step.columns):
@@ -278,9 +302,11 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     ranks: dict[int, tuple[pd.DataFrame, dict[str, Any]]] = {}
     for dev in devices:
         trace = _trace_of(traces, dev)
-        if trace is None or len(dev.collectives) == 0 or dev.rank in ranks:
+        if trace is None or dev.rank in ranks:
             continue
-        ranks[dev.rank] = _rank_steps(trace, dev, _cross_rank_columns(cross_rank, dev.rank))
+        steps = _rank_steps(trace, dev, _cross_rank_columns(cross_rank, dev.rank))
+        if steps is not None:
+            ranks[dev.rank] = steps
     if not ranks:
         has_steps = any(d.steps for d in devices)
         return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})

@@ -33,6 +33,7 @@ def _registry() -> dict[str, Rule]:
         "low_comm_bandwidth": comm_rules.low_comm_bandwidth,
         "host_bound_no_cuda_graphs": host_rules.host_bound_no_cuda_graphs,
         "idle_gaps_host_cause": host_rules.idle_gaps_host_cause,
+        "collectives_without_kernels": host_rules.collectives_without_kernels,
         "low_tensor_activity": metric_rules.low_tensor_activity,
         "gpu_power_underuse": metric_rules.gpu_power_underuse,
     }
@@ -72,6 +73,7 @@ RULE_IDS = (
     "exposed_communication", "comm_serialized_with_compute", "comm_compute_contention", "collective_host_cost",
     "allreduce_not_fused",
     "nccl_small_messages", "straggler_wait", "low_comm_bandwidth", "host_bound_no_cuda_graphs", "idle_gaps_host_cause",
+    "collectives_without_kernels",
     "low_tensor_activity", "gpu_power_underuse",
 )
 

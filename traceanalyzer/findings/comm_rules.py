@@ -311,7 +311,8 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
     impact = int(evidence.get("host_issue_critical_ns") or 0)
     calls = int(evidence.get("collectives_per_step") or 0)
     dev = next((d for d in ctx.summary.devices if str(d.rank) == rank), None)
-    if dev is None or calls <= 0 or not ctx.worth_reporting(dev, impact):
+    # collective calls that launch no kernel at all are collectives_without_kernels' finding
+    if dev is None or calls <= 0 or not len(dev.collectives) or not ctx.worth_reporting(dev, impact):
         return []
     pct = ctx.pct_of_step(dev, impact)
     issue, call = int(evidence.get("host_issue_ns") or 0), int(evidence.get("host_call_ns") or 0)

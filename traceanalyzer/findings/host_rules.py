@@ -7,10 +7,12 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..analysis.activity import DeviceActivity, gather
+from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary, Finding
 from ..trace import Trace
-from .context import FindingContext, kernel_mask, ms, per_step_median, severity, step_index, step_windows
+from .context import FindingContext, kernel_mask, kinds_text, ms, per_step_median, severity, step_index, step_windows
 
 _GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 _HOST_BLOCKING = re.compile(r"Synchronize|^cudaMemcpy(?!.*Async)|^cuMemcpy(?!.*Async)|cudaMalloc|cudaFree|"
@@ -182,3 +184,48 @@ def _gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple
     last_call = np.clip(hi[overlapped] - 1, 0, None)
     names = pd.Series(trace.names(c_name[last_call]).astype(str)).value_counts()
     return total, int(overlapped.sum()), {str(n): int(c) for n, c in names.items()}
+
+
+def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
+    """Collective calls inside steps that launch no communication kernel — done on the CPU side (a process group
+    of one rank, gloo on CPU tensors) — while the GPU idles: the host time they take delays every later launch.
+
+    Impact: median per step of their whole host calls (outermost issuing range), at most the device's median idle
+    time per step. Which calls count in which step: :func:`~traceanalyzer.analysis.host_issue.host_only_in_steps`
+    (calls during warm-up or CUDA-graph capture do not)."""
+    found = []
+    for dev in ctx.summary.devices:
+        trace = ctx.trace_of(dev)
+        if trace is None or not len(dev.per_step):
+            continue
+        act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
+            else gather(trace, dev.rank, dev.device)
+        calls = host_only_in_steps(trace, act, dev.per_step)
+        if not len(calls):
+            continue
+        step = step_index(dev, calls["after_ns"].to_numpy(np.int64))
+        took = (calls["end_ns"] - calls["start_ns"]).to_numpy(np.int64)
+        host = per_step_median(ctx.steps(dev), step, took)
+        idle = int(dev.per_step["idle_ns"].median()) if "idle_ns" in dev.per_step else host
+        impact = min(host, idle)
+        if not ctx.worth_reporting(dev, impact):
+            continue
+        counts = {str(k): per_step_median(ctx.steps(dev), step[(calls["kind"] == k).to_numpy()],
+                                          np.ones(int((calls["kind"] == k).sum())))
+                  for k in calls["kind"].unique()}
+        n = max(sum(counts.values()), 1)
+        pct = ctx.pct_of_step(dev, impact)
+        found.append(Finding(
+            id="collectives_without_kernels",
+            title=f"{kinds_text(counts)} per step on rank {dev.rank} launch no communication kernel (done on the "
+                  f"CPU side: a process group of one rank, or gloo) yet hold the host {ms(host)} ({ms(host // n)} "
+                  f"per call) while the GPU idles {ms(idle)} of the step",
+            impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
+            recommendation="Skip collectives on single-rank groups (guard them with world_size > 1, as vLLM and "
+                           "SGLang do), and keep CPU-side (gloo) collectives out of the step or batch them.",
+            evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
+                      "host_ns_per_step": host, "gpu_idle_ns_per_step": idle,
+                      "median_call_ns": int(np.median(took)),
+                      "names": calls["name"].value_counts().head(5).to_dict(), "steps": ctx.steps(dev)},
+        ))
+    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
