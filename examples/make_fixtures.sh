@@ -6,10 +6,13 @@
 # Writes, under $DEST:
 #   kineto/tp${NGPU}_<mode>/rank<N>.json.gz   PyTorch-profiler traces, 4 layers, 3 profiled steps
 #   truth/<mode>[_nocomm]_rank<N>.json        no-profiler step times with / without the all-reduces
-#   kineto/ab/tp${NGPU}_<mode>_{a,b}/, truth/ab/  validation runs: profiled, then timed with / without the
-#                                             all-reduces in alternating rounds inside the same processes
+#   kineto/ab/tp${NGPU}_<mode>_<tag>/, truth/ab/  validation runs (tags a–f below): profiled, then timed with /
+#                                             without the all-reduces in alternating rounds in the same processes
 #   nsys/tp${NGPU}_<mode>.sqlite              nsys exports (both ranks in one file), redacted
 #   versions.txt, run.log
+# PARTS (default "profiled truth ab nsys") picks the stages; AB_TAGS (default abcdef) the validation variants.
+# The one-GPU validation runs (fixtures/kineto/ab/tp1_*) came from
+#   NGPU=1 PARTS=ab AB_TAGS=cdef DEST=/tmp/fx examples/make_fixtures.sh   (truths moved to truth/ab/tp1/)
 # The committed fixtures were made on a lent 2×H200 machine with exactly:
 #   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 #   DEST=/tmp/fixtures timeout 520 bash examples/make_fixtures.sh > /tmp/mf.log 2>&1
