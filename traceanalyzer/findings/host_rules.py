@@ -12,7 +12,17 @@ from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary, Finding
 from ..trace import Trace
-from .context import FindingContext, kernel_mask, kinds_text, ms, per_step_median, severity, step_index, step_windows
+from .context import (
+    FindingContext,
+    count_per_step,
+    kernel_mask,
+    kinds_text,
+    ms,
+    per_step_median,
+    severity,
+    step_index,
+    step_windows,
+)
 
 _GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 _HOST_BLOCKING = re.compile(r"Synchronize|^cudaMemcpy(?!.*Async)|^cuMemcpy(?!.*Async)|cudaMalloc|cudaFree|"
@@ -210,9 +220,8 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
         impact = min(host, idle)
         if not ctx.worth_reporting(dev, impact):
             continue
-        counts = {str(k): per_step_median(ctx.steps(dev), step[(calls["kind"] == k).to_numpy()],
-                                          np.ones(int((calls["kind"] == k).sum())))
-                  for k in calls["kind"].unique()}
+        # counted in the step of the kernel launched after each call
+        counts = count_per_step(ctx, dev, calls.assign(start_ns=calls["after_ns"]))
         n = max(sum(counts.values()), 1)
         pct = ctx.pct_of_step(dev, impact)
         found.append(Finding(
