@@ -4,10 +4,14 @@ With communication free, every rank runs its own compute critical path and the s
 rank. The host timeline of a rank is cut into **segments** at host syncs (``cuda*Synchronize``: the host waits for
 the GPU there, so host time saved before one is lost waiting in it). In each segment the saving is the larger of:
 
-* **host**: the host time of issuing its collectives (the innermost issuing CPU range, see ``host_issue``; a call
-  counts at most ``ISSUE_OUTLIER`` × the median call of its kind, so one held-up call does not count as
-  communication), capped at the GPU time spent *waiting for the host* after the first of them in the segment
-  (gaps before launch-bound kernels): issuing earlier only helps when the GPU is starved for launches afterwards;
+* **host**: the host time of its collective calls — each call's *whole* host time, the outermost issuing CPU range
+  (the user's range named after the collective, else the ``c10d::*`` op; see ``host_issue``), collective calls
+  that launch no kernel included; a call counts at most ``ISSUE_OUTLIER`` × the median call of its kind, so one
+  held-up call does not count as communication — capped at the GPU time spent *waiting for the host* after the
+  first of them in the segment (gaps before launch-bound kernels): issuing earlier only helps when the GPU is
+  starved for launches afterwards. The same estimate counting only NCCL's own issue range (the innermost one) is
+  ``details.issue_only_saving_ns``: on host-bound runs timed with and without communication it reaches a third
+  to a half of the measured cost, the whole call 66–101 % (docs/METHOD_WHAT_IF.md);
 * **GPU**: its collectives' *exposed* time (comm running, no compute kernel), each capped at the instance's
   cross-rank **transfer** time — waiting for a slower rank moves elsewhere when communication is free. With one
   rank only, the transfer is the 10th percentile of the same collective's (kind, size, kernel) durations. Plus
@@ -245,7 +249,8 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         first = int(max(rows["op"].max(), rows["call_op"].max(), -1)) + 1 if len(rows) else 0
         rows = pd.concat([rows, _host_only_rows(cpu_side, first)], ignore_index=True) if len(rows) else \
             _host_only_rows(cpu_side, first)
-    steps = _segment_savings(rows, host)
+    steps = _segment_savings(rows, host, whole_call=True)
+    issue_only = _segment_savings(rows, host).reindex(steps.index).fillna(0)
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
     slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
@@ -253,9 +258,8 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
     steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
-    whole = _segment_savings(rows, host, whole_call=True).reindex(steps.index).fillna(0)
-    steps["call_issue_ns"] = whole["host_issue_ns"].astype(np.int64)
-    steps["call_own_ns"] = (whole["saving_ns"] + steps["contention_ns"]).astype(np.int64)
+    steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
+    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + steps["contention_ns"]).astype(np.int64)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -286,7 +290,7 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
         "host_issue_ns": int(med["host_issue_ns"]), "host_issue_critical_ns": int(med["host_part_ns"]),
-        "host_call_ns": int(med["call_issue_ns"]), "whole_call_own_ns": int(med["call_own_ns"]),
+        "host_nccl_issue_ns": int(med["nccl_issue_ns"]), "issue_only_own_ns": int(med["issue_only_own_ns"]),
         "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
         "dependency_latency_ns": int(med["latency_ns"]),
         "collectives_per_step": int(med["collectives"]),
@@ -316,11 +320,11 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
         else pd.DataFrame()
     host = pd.concat({r: s["host_part_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
         else pd.DataFrame()
-    whole = pd.concat({r: s["call_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
-        else pd.DataFrame()
+    issue_only = pd.concat({r: s["issue_only_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) \
+        if stepped else pd.DataFrame()
     details: dict[str, Any] = {
-        "method": "per host-sync segment max(host issue time GPU waited for, exposed transfer) + contention, "
-                  "of the rank that waits least; median over steps",
+        "method": "per host-sync segment max(host time of the collective calls GPU waited for, exposed transfer) "
+                  "+ contention, of the rank that waits least; median over steps",
         "ranks": {str(r): _rank_details(s, e) for r, (s, e) in ranks.items()}, "steps_used": len(own)}
     if cross_rank is not None:
         details["transfer_ns"] = cross_rank.transfer_ns_per_step
@@ -340,5 +344,5 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
                                                                                         strict=True)}
     details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
     details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
-    details["whole_call_saving_ns"] = int(np.median(whole.to_numpy()[rows, pick]))
+    details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
     return WhatIf(int(np.median(step_saving)), _basis(int(step_host.sum()), int(step_saving.sum())), details)

@@ -297,9 +297,9 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
     """Host-bound steps in which issuing the collectives on the host delays the launches the GPU waits for
     (eager decode: the GPU idles between launches while the host runs each collective call).
 
-    Impact: the what-if's host part on the rank that sets the step most often (``host_issue_critical_ns``: issue
-    time the GPU waited for). The title adds the whole-call reading (``whole_call_saving_ns``: each collective's
-    whole host call, c10d's wrapper included)."""
+    Impact: the what-if's host part on the rank that sets the step most often (``host_issue_critical_ns``: the
+    whole collective calls' host time the GPU waited for). The title also gives NCCL's own share of each call
+    and the what-if counting that alone (``issue_only_saving_ns``)."""
     what_if = ctx.summary.what_if
     details = what_if.details
     ranks = details.get("ranks") or {}
@@ -315,23 +315,22 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
     if dev is None or calls <= 0 or not len(dev.collectives) or not ctx.worth_reporting(dev, impact):
         return []
     pct = ctx.pct_of_step(dev, impact)
-    issue, call = int(evidence.get("host_issue_ns") or 0), int(evidence.get("host_call_ns") or 0)
-    whole = int(details.get("whole_call_saving_ns") or 0)
-    reading = f"{ms(impact)}/step ({pct:.0f}%)" + (f", {ms(whole)} counting the whole calls" if whole > impact
-                                                     else "")
+    call, nccl = int(evidence.get("host_issue_ns") or 0), int(evidence.get("host_nccl_issue_ns") or 0)
+    issue_only = int(details.get("issue_only_saving_ns") or 0)
     counts = count_per_step(ctx, dev, ctx.collectives(dev))
     return [Finding(
         id="collective_host_cost",
         title=f"Rank {dev.rank}'s GPU waits for the host, and its {kinds_text(counts)} per step hold the host "
-              f"{ms(call)} ({ms(call // calls)} per call, NCCL's issue {ms(issue // calls)}): issuing them "
-              f"costs {reading}",
+              f"{ms(call)} ({ms(call // calls)} per call, of which NCCL's issue {ms(nccl // calls)}): issuing "
+              f"them costs {ms(impact)}/step ({pct:.0f}%)" + (f", {ms(issue_only)} counting NCCL's issue alone"
+                                                                if 0 < issue_only < impact else ""),
         impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
         recommendation="Issue fewer collectives from the host: capture the step with its collectives in a CUDA "
                        "graph, fuse each all-reduce with the residual add + RMSNorm (one call), or use a lighter "
                        "all-reduce path (custom / symmetric-memory all-reduce) than ProcessGroupNCCL's.",
         evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
-                  "host_issue_ns_per_step": issue, "host_call_ns_per_step": call,
-                  "host_issue_critical_ns": impact, "whole_call_saving_ns": whole or None,
+                  "host_call_ns_per_step": call, "host_nccl_issue_ns_per_step": nccl,
+                  "host_issue_critical_ns": impact, "issue_only_saving_ns": issue_only or None,
                   "gpu_idle_pct": evidence.get("gpu_idle_pct"), "host_syncs": evidence.get("host_syncs"),
                   "launch_bound_collectives_per_step": evidence.get("launch_bound_collectives_per_step"),
                   "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,

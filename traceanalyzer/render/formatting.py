@@ -81,14 +81,14 @@ def device_label(rank: int, device: int, name: str | None = None, *, with_name: 
     return f"{head} ({name})" if with_name and name else head
 
 
-WHOLE_CALL_MIN_RATIO = 1.1  # show the whole-call reading of a host-bound what-if when it is this much larger
+ISSUE_ONLY_MAX_RATIO = 0.9  # show the NCCL-issue-only reading of a host-bound what-if when it is this much smaller
 
 
-def whole_call_text(what_if: Any) -> str:
-    """The what-if counting each collective's whole host call (c10d wrapper included, ``details.
-    whole_call_saving_ns``), where the step is host-bound and that reading differs; else ``""``."""
-    whole = what_if.details.get("whole_call_saving_ns")
+def issue_only_text(what_if: Any) -> str:
+    """The what-if counting only NCCL's own issue range of each collective (``details.issue_only_saving_ns``),
+    where the step is host-bound and that reading differs; else ``""``."""
+    issue = what_if.details.get("issue_only_saving_ns")
     base = what_if.comm_free_step_saving_ns
-    if whole is None or base is None or what_if.basis == "gpu_transfer" or whole < base * WHOLE_CALL_MIN_RATIO:
+    if issue is None or base is None or what_if.basis == "gpu_transfer" or issue > base * ISSUE_ONLY_MAX_RATIO:
         return ""
-    return f"counting the whole collective calls on the host: {fmt_ns(whole)}"
+    return f"counting NCCL's issue alone: {fmt_ns(issue)}"

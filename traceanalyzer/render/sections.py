@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .figures import column, durations_ns, layer_totals
-from .formatting import bucket_color, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, pct_of, whole_call_text
+from .formatting import bucket_color, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, issue_only_text, pct_of
 
 if TYPE_CHECKING:
     from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
@@ -104,10 +104,10 @@ def headline(summary: Summary) -> list[dict[str, str]]:
                       "sub": f"comm is {fmt_pct(pct_of(comm, busy))} of busy time"})
     saving = summary.what_if.comm_free_step_saving_ns
     if saving is not None:
-        whole = whole_call_text(summary.what_if)
+        sub = [f"{fmt_pct(pct_of(saving, step))} of the step"] if step else []
+        sub += [f"basis: {summary.what_if.basis}", issue_only_text(summary.what_if)]
         cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
-                      "sub": (f"{fmt_pct(pct_of(saving, step))} of the step · basis: {summary.what_if.basis}"
-                              if step else f"basis: {summary.what_if.basis}") + (f" · {whole}" if whole else "")})
+                      "sub": " · ".join(part for part in sub if part)})
     span = sum(d.span_ns for d in devices)
     if span:
         cards.append({"label": "GPU busy", "value": fmt_pct(pct_of(sum(d.busy_ns for d in devices), span)),
