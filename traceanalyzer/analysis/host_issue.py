@@ -9,13 +9,15 @@
 * **issuing op** of a communication kernel: the innermost CPU range on the launching thread that contains its
   launch call and is named like a collective issue — ProcessGroupNCCL's ``nccl:*`` record (Kineto), NCCL's own
   NVTX range (``ncclAllReduce``, nsys), else the ``c10d::*`` op / ``record_param_comms`` / a user range named
-  after the collective; without any, the launch call itself. The innermost range is the one least inflated by
-  the profiler's own bookkeeping (``record_param_comms`` exists to record collective metadata for the profiler).
-  Where the CUDA calls made inside the outermost issuing range span longer (first start to last end), that span
-  is taken instead: NCCL's NVTX range (nsys) covers only the NCCL call, not ProcessGroupNCCL's stream-sync and
-  work-end events around it, which Kineto's ``nccl:*`` record does cover.
+  after the collective; without any, the launch call itself: NCCL's own share of the call. Where the CUDA calls
+  made inside the outermost issuing range span longer (first start to last end) and that range makes this one
+  collective, that span is taken instead: NCCL's NVTX range (nsys) covers only the NCCL call, not
+  ProcessGroupNCCL's stream-sync and work-end events around it, which Kineto's ``nccl:*`` record does cover.
 * **whole call** of a communication kernel: the outermost such range (the user's range named after the
-  collective, else the ``c10d::*`` op): everything the host did for the collective, c10d's wrapper included.
+  collective, else the ``c10d::*`` op): everything the host did for the collective, torch.distributed's wrapper
+  included. The what-if counts whole calls; the issuing op alone is its ``issue_only`` reading.
+* **collective calls without kernels**: whole calls that launch no communication kernel (a process group of one
+  rank, gloo on CPU tensors), with the kernels launched around them to place them in steps.
 """
 
 from __future__ import annotations
