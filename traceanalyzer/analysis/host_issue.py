@@ -40,6 +40,8 @@ ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A
                       r"^(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)$")
 HOST_SYNC = re.compile(r"Synchronize")
 NOT_A_CALL = ("record_param_comms",)  # an issuing range that never stands alone for a collective call
+HOST_RECOVERY_NS = 300_000  # CPU ops starting this soon after a collective call run slower than elsewhere
+MIN_BASELINE_OPS = 3  # far-from-call ops of a name needed for its baseline duration
 MAX_WALK = 8  # closed ranges stepped over when looking for the innermost open range before a launch
 
 
@@ -93,55 +95,115 @@ def issue_ranges(trace: Trace, pids: np.ndarray, with_names: bool = False) -> tu
     return (*out, r["name_id"][sel][order]) if with_names else out
 
 
-def host_only_collectives(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
-    """Whole collective calls (outermost issuing ranges) on the threads that launch this device's kernels that
-    launch no communication kernel: collectives done on the CPU side (a process group of one rank, gloo on CPU
-    tensors). Columns ``start_ns, end_ns, name, kind``, ``issue_ns`` (the shortest issuing range inside the call:
-    its issue reading) and ``before_ns`` / ``after_ns``: GPU start of the last kernel launched before the call on
-    its thread and of the first launched after it (-1 when none)."""
-    out = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in ("start_ns", "end_ns", "issue_ns", "before_ns",
-                                                                 "after_ns")})
+def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
+    """Whole collective calls (outermost issuing ranges, collectives only) on the threads that launch this device's
+    kernels, by thread and start. Columns ``start_ns, end_ns, thread, name, kind``, ``issue_ns`` (the shortest
+    issuing range inside the call: its issue reading), ``launches_comm`` (it launches a communication kernel) and
+    ``before_ns`` / ``after_ns``: GPU start of the last kernel launched before the call on its thread and of the
+    first launched after it (-1 when none)."""
+    cols = {c: pd.Series(dtype=np.int64) for c in ("start_ns", "end_ns", "thread", "issue_ns", "before_ns",
+                                                  "after_ns")}
+    empty = pd.DataFrame({**cols, "name": pd.Series(dtype=object), "kind": pd.Series(dtype=object),
+                          "launches_comm": pd.Series(dtype=bool)})
     linked = act.launch_row >= 0
     s, e, thread, name = issue_ranges(trace, act.pids, with_names=True)
     if len(s) == 0 or not linked.any():
-        return out.assign(name=pd.Series(dtype=object), kind=pd.Series(dtype=object))
+        return empty
     k_thread = thread_key(act.launch_pid[linked], act.launch_tid[linked])
     keep = np.isin(thread, k_thread)
     s, e, thread, name = s[keep], e[keep], thread[keep], name[keep]
+    if len(s) == 0:
+        return empty
     _, lane = np.unique(np.r_[thread, k_thread], return_inverse=True)
     lane = lane.ravel()
     launch = act.launch_ns[linked]
-    t0 = int(min(s.min(), launch.min())) if len(s) else 0
-    span = int(max(e.max(), launch.max()) - t0) + 1 if len(s) else 1
+    t0 = int(min(s.min(), launch.min()))
+    span = int(max(e.max(), launch.max()) - t0) + 1
     rs, re_ = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
-    outermost = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]] if len(s) else np.zeros(0, bool)
+    outermost = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]]
     # the issue reading of each call: the shortest issuing range inside it (ranges nested in an outermost one
     # follow it in this order, up to the next outermost one)
-    shortest = np.minimum.reduceat(e - s, np.flatnonzero(outermost)) if len(s) else np.zeros(0, np.int64)
     issue = np.zeros(len(s), dtype=np.int64)
-    issue[outermost] = shortest
+    issue[outermost] = np.minimum.reduceat(e - s, np.flatnonzero(outermost))
     kl = _lift(launch, lane[len(s):], t0, span)
     order = np.argsort(kl, kind="stable")
     kl, k_start = kl[order], act.kernels["start_ns"][linked][order]
     comm_l = np.sort(kl[act.kernel_is_comm[linked][order]])
-    no_comm = np.searchsorted(comm_l, re_, side="left") == np.searchsorted(comm_l, rs, side="left")
-    sel = outermost & no_comm
+    launches_comm = np.searchsorted(comm_l, re_, side="left") > np.searchsorted(comm_l, rs, side="left")
+    sel = outermost
     lo = np.searchsorted(kl, rs[sel], side="left") - 1  # last launch before the call (same lane: lane-lifted)
     hi = np.searchsorted(kl, re_[sel], side="left")  # first launch after it
     lane_of = lane[: len(s)][sel]
-    lo_ok = (lo >= 0) & (kl[np.maximum(lo, 0)] // span == lane_of) if len(kl) else np.zeros(0, bool)
-    hi_ok = (hi < len(kl)) & (kl[np.minimum(hi, len(kl) - 1)] // span == lane_of) if len(kl) else lo_ok
-    names = np.array(trace.strings, dtype=object)[name[sel]] if sel.any() else np.empty(0, dtype=object)
+    lo_ok = (lo >= 0) & (kl[np.maximum(lo, 0)] // span == lane_of)
+    hi_ok = (hi < len(kl)) & (kl[np.minimum(hi, len(kl) - 1)] // span == lane_of)
+    names = np.array(trace.strings, dtype=object)[name[sel]]
     calls = pd.DataFrame({
-        "start_ns": s[sel], "end_ns": e[sel], "issue_ns": issue[sel], "name": names,
-        "kind": [kind_of(None, n) for n in names],
-        "before_ns": np.where(lo_ok, k_start[np.maximum(lo, 0)], -1) if len(kl) else -1,
-        "after_ns": np.where(hi_ok, k_start[np.minimum(hi, len(kl) - 1)], -1) if len(kl) else -1,
+        "start_ns": s[sel], "end_ns": e[sel], "thread": thread[sel], "issue_ns": issue[sel], "name": names,
+        "kind": [kind_of(None, n) for n in names], "launches_comm": launches_comm[sel],
+        "before_ns": np.where(lo_ok, k_start[np.maximum(lo, 0)], -1),
+        "after_ns": np.where(hi_ok, k_start[np.minimum(hi, len(kl) - 1)], -1),
     })
     # collectives only (NCCL's communicator set-up and tear-down ranges are not), and not the profiler's own
     # record of a work's wait()
     known = (calls["kind"] != "other") | calls["name"].str.contains("barrier", case=False)
     return calls[known & ~calls["name"].isin(NOT_A_CALL)].reset_index(drop=True)
+
+
+def host_only_collectives(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
+    """:func:`collective_calls` that launch no communication kernel: collectives done on the CPU side (a process
+    group of one rank, gloo on CPU tensors)."""
+    calls = collective_calls(trace, act)
+    return calls[~calls["launches_comm"].astype(bool)].reset_index(drop=True)
+
+
+def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFrame) -> np.ndarray:
+    """Per call of ``calls`` (:func:`collective_calls`): how much longer the CPU ops starting within
+    ``HOST_RECOVERY_NS`` after it ran than the same ops (by name) starting farther from any call, summed (ns).
+
+    Ops are the outermost ``cpu_op`` ranges on the call's thread that are not collective calls themselves; an op
+    counts only where at least ``MIN_BASELINE_OPS`` of its name run far from the calls. Measured on the H200 eager
+    decodes: top-level aten ops run 40–50 % longer in the first 100 µs after an all-reduce call and 10–15 %
+    longer up to 300 µs, then as far away (docs/METHOD_WHAT_IF.md)."""
+    out = np.zeros(len(calls), dtype=np.int64)
+    r = trace.ranges
+    if len(calls) == 0 or len(r) == 0:
+        return out
+    kinds = np.array(trace.strings, dtype=object)
+    cpu_op = [i for i in np.unique(r["kind_id"][r["kind_id"] >= 0]).tolist() if kinds[i] == "cpu_op"]
+    thread = thread_key(r["pid"], r["tid"])
+    sel = np.isin(r["kind_id"], cpu_op) & (r["device"] < 0) & (r["end_ns"] > r["start_ns"]) & \
+        np.isin(thread, calls["thread"].to_numpy(np.int64))
+    if not sel.any():
+        return out
+    s, e, th, name = r["start_ns"][sel], r["end_ns"][sel], thread[sel], r["name_id"][sel]
+    c_s, c_e, c_th = (calls[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "thread"))
+    _, lane = np.unique(np.r_[th, c_th], return_inverse=True)
+    lane = lane.ravel()
+    t0 = int(min(s.min(), c_s.min()))
+    span = int(max(e.max(), c_e.max()) - t0) + 1
+    ls, le = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
+    order = np.lexsort((-(le - ls), ls))
+    ls, le, name = ls[order], le[order], name[order]
+    top = np.r_[True, ls[1:] >= np.maximum.accumulate(le)[:-1]]  # not nested in another cpu_op
+    cs, ce = _lift(c_s, lane[len(s):], t0, span), _lift(c_e, lane[len(s):], t0, span)
+    by_start, by_end = np.argsort(cs, kind="stable"), np.argsort(ce, kind="stable")
+    last_start = np.searchsorted(cs[by_start], ls, side="right") - 1
+    inside = (last_start >= 0) & (ls < ce[by_start][np.maximum(last_start, 0)])
+    last_end = np.searchsorted(ce[by_end], ls, side="right") - 1
+    after = np.where(last_end >= 0, ls - ce[by_end][np.maximum(last_end, 0)], span)
+    same_lane = (last_end >= 0) & (ce[by_end][np.maximum(last_end, 0)] // span == ls // span)
+    near = top & ~inside & same_lane & (after < HOST_RECOVERY_NS)
+    far = top & ~inside & ~near
+    dur = le - ls
+    frame = pd.DataFrame({"name": name[far], "dur": dur[far]})
+    counts = frame.groupby("name")["dur"].agg(["median", "size"])
+    base = counts["median"][counts["size"] >= MIN_BASELINE_OPS]
+    near_base = pd.Series(name[near]).map(base).to_numpy(dtype=float)
+    ok = ~np.isnan(near_base)
+    excess = (dur[near][ok] - near_base[ok]).astype(np.int64)
+    owner = by_end[last_end[near][ok]]
+    np.add.at(out, owner, excess)
+    return out
 
 
 def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
@@ -277,11 +339,13 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
                         call_owner, anchor, cumsum, np.sort(api["start_ns"][is_sync]))
 
 
-def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame) -> pd.DataFrame:
+def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame,
+                       calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`host_only_collectives` inside steps, with their ``step``: a call counts in a step when the kernels
     launched just before and just after it (same thread) both run in a step window (so calls during warm-up or
-    CUDA-graph capture do not); the step is the later kernel's."""
-    calls = host_only_collectives(trace, act)
+    CUDA-graph capture do not); the step is the later kernel's. ``calls``: :func:`collective_calls` if at hand."""
+    calls = host_only_collectives(trace, act) if calls is None else \
+        calls[~calls["launches_comm"].astype(bool)].reset_index(drop=True)
     if not len(calls) or not len(per_step):
         return calls.assign(step=pd.Series(dtype=np.int64))
     order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")

@@ -7,7 +7,10 @@ the GPU there, so host time saved before one is lost waiting in it). In each seg
 * **host**: the host time of its collective calls — each call's *whole* host time, the outermost issuing CPU range
   (the user's range named after the collective, else the ``c10d::*`` op; see ``host_issue``), collective calls
   that launch no kernel included; a call counts at most ``ISSUE_OUTLIER`` × the median call of its kind, so one
-  held-up call does not count as communication — capped at the GPU time spent *waiting for the host* after the
+  held-up call does not count as communication — plus the CPU work slowed right after each call (the same ops by
+  name run 40–50 % longer in the first 100 µs after an all-reduce call than far from one; counted up to
+  ``host_issue.HOST_RECOVERY_NS`` after it, against their median far from calls) — capped at the GPU time spent
+  *waiting for the host* after the
   first of them in the segment (gaps before launch-bound kernels): issuing earlier only helps when the GPU is
   starved for launches afterwards. The same estimate counting only NCCL's own issue range (the innermost one) is
   ``details.issue_only_saving_ns``: on host-bound runs timed with and without communication it reaches a third
@@ -39,7 +42,7 @@ import pandas as pd
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
-from .host_issue import HostEvidence, host_evidence, host_only_in_steps
+from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
@@ -192,7 +195,8 @@ def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: pd.Series) -> np
 
 def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = False) -> pd.DataFrame:
     """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc). With
-    ``whole_call``, a collective's host time is its whole call (outermost issuing range) instead of its issue."""
+    ``whole_call``, a collective's host time is its whole call (outermost issuing range) plus the CPU work slowed
+    right after it (``slowed_ns``), instead of NCCL's issue alone."""
     op, start, end = ("call_op", "call_start_ns", "call_end_ns") if whole_call else \
         ("op", "issue_start_ns", "issue_end_ns")
     linked = rows[op].to_numpy() >= 0
@@ -203,9 +207,11 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     seg_end = np.where(linked & (seg < len(sync)), sync[np.minimum(seg, max(len(sync) - 1, 0))]
                        if len(sync) else NEVER, NEVER)
     first_of_op = linked & ~rows[op].duplicated().to_numpy()
+    slowed = rows["slowed_ns"].to_numpy(np.int64) if whole_call and "slowed_ns" in rows else 0
     parts = pd.DataFrame({
         "step": rows["step"].to_numpy(np.int64), "seg": seg,
         "issue_ns": np.where(first_of_op, _issue_capped(b - a, first_of_op, rows["kind"]), 0),
+        "slowed_ns": np.where(first_of_op, slowed, 0),
         "first_b": np.where(linked, b, NEVER), "seg_end": seg_end,
         "gpu_ns": (np.minimum(rows["exposed_ns"], rows["transfer_ns"]) + rows["latency_ns"]).to_numpy(np.int64),
         "latency_ns": rows["latency_ns"].to_numpy(np.int64),
@@ -215,21 +221,22 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     })
     parts = parts[parts["step"] >= 0]
     segs = parts.groupby(["step", "seg"]).agg(
-        issue_ns=("issue_ns", "sum"), first_b=("first_b", "min"), seg_end=("seg_end", "first"),
+        issue_ns=("issue_ns", "sum"), slowed_ns=("slowed_ns", "sum"), first_b=("first_b", "min"),
+        seg_end=("seg_end", "first"),
         gpu_ns=("gpu_ns", "sum"), latency_ns=("latency_ns", "sum"), exposed_ns=("exposed_ns", "sum"),
         wait_ns=("wait_ns", "sum"),
         transfer_ns=("transfer_ns", "sum"), launch_bound=("launch_bound", "sum"),
         collectives=("collectives", "sum"))
     has_host = segs.index.get_level_values("seg") >= 0
     slack = np.where(has_host, host.waiting_between(segs["first_b"].to_numpy(), segs["seg_end"].to_numpy()), 0)
-    segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy(), slack)
+    segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy() + segs["slowed_ns"].to_numpy(), slack)
     segs["host_chosen"] = segs["host_part_ns"] > segs["gpu_ns"]
     segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
     segs["host_part_ns"] = np.where(segs["host_chosen"], segs["host_part_ns"], 0)
     segs["gpu_part_ns"] = np.where(segs["host_chosen"], 0, segs["gpu_ns"])
     segs["latency_ns"] = np.where(segs["host_chosen"], 0, segs["latency_ns"])
     cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-            "issue_ns",
+            "issue_ns", "slowed_ns",
             "launch_bound", "collectives"]
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
@@ -240,7 +247,8 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     the device has neither collectives nor collective calls without kernels."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
         else gather(trace, dev.rank, dev.device)
-    cpu_side = host_only_in_steps(trace, act, dev.per_step)
+    calls = collective_calls(trace, act)
+    cpu_side = host_only_in_steps(trace, act, dev.per_step, calls)
     if len(dev.collectives) == 0 and len(cpu_side) == 0:
         return None
     host = host_evidence(trace, act)
@@ -249,6 +257,10 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         first = int(max(rows["op"].max(), rows["call_op"].max(), -1)) + 1 if len(rows) else 0
         rows = pd.concat([rows, _host_only_rows(cpu_side, first)], ignore_index=True) if len(rows) else \
             _host_only_rows(cpu_side, first)
+    # host work slowed right after each call, counted with the call's own host time
+    slowed = pd.Series(host_slowed_after_calls(trace, act, calls), index=calls["start_ns"].to_numpy(np.int64))
+    slowed = slowed[~slowed.index.duplicated()]
+    rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
     steps = _segment_savings(rows, host, whole_call=True)
     issue_only = _segment_savings(rows, host).reindex(steps.index).fillna(0)
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
@@ -291,6 +303,7 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
         "host_issue_ns": int(med["host_issue_ns"]), "host_issue_critical_ns": int(med["host_part_ns"]),
         "host_nccl_issue_ns": int(med["nccl_issue_ns"]), "issue_only_own_ns": int(med["issue_only_own_ns"]),
+        "host_slowed_after_calls_ns": int(med["slowed_ns"]),
         "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
         "dependency_latency_ns": int(med["latency_ns"]),
         "collectives_per_step": int(med["collectives"]),

@@ -316,20 +316,23 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
         return []
     pct = ctx.pct_of_step(dev, impact)
     call, nccl = int(evidence.get("host_issue_ns") or 0), int(evidence.get("host_nccl_issue_ns") or 0)
+    slowed = int(evidence.get("host_slowed_after_calls_ns") or 0)
     issue_only = int(details.get("issue_only_saving_ns") or 0)
     counts = count_per_step(ctx, dev, ctx.collectives(dev))
     return [Finding(
         id="collective_host_cost",
         title=f"Rank {dev.rank}'s GPU waits for the host, and its {kinds_text(counts)} per step hold the host "
-              f"{ms(call)} ({ms(call // calls)} per call, of which NCCL's issue {ms(nccl // calls)}): issuing "
-              f"them costs {ms(impact)}/step ({pct:.0f}%)" + (f", {ms(issue_only)} counting NCCL's issue alone"
-                                                                if 0 < issue_only < impact else ""),
+              f"{ms(call)} ({ms(call // calls)} per call, of which NCCL's issue {ms(nccl // calls)})"
+              + (f" and slow the CPU work right after them by {ms(slowed)}" if slowed > 0 else "")
+              + f": issuing them costs {ms(impact)}/step ({pct:.0f}%)"
+              + (f", {ms(issue_only)} counting NCCL's issue alone" if 0 < issue_only < impact else ""),
         impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
         recommendation="Issue fewer collectives from the host: capture the step with its collectives in a CUDA "
                        "graph, fuse each all-reduce with the residual add + RMSNorm (one call), or use a lighter "
                        "all-reduce path (custom / symmetric-memory all-reduce) than ProcessGroupNCCL's.",
         evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                   "host_call_ns_per_step": call, "host_nccl_issue_ns_per_step": nccl,
+                  "host_slowed_after_calls_ns_per_step": slowed,
                   "host_issue_critical_ns": impact, "issue_only_saving_ns": issue_only or None,
                   "gpu_idle_pct": evidence.get("gpu_idle_pct"), "host_syncs": evidence.get("host_syncs"),
                   "launch_bound_collectives_per_step": evidence.get("launch_bound_collectives_per_step"),
