@@ -229,6 +229,8 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
         collectives=("collectives", "sum"))
     has_host = segs.index.get_level_values("seg") >= 0
     slack = np.where(has_host, host.waiting_between(segs["first_b"].to_numpy(), segs["seg_end"].to_numpy()), 0)
+    # a segment's ops after its calls may run faster than far ones on a noisy host: never a negative cost
+    segs["slowed_ns"] = np.maximum(segs["slowed_ns"].to_numpy(), 0)
     segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy() + segs["slowed_ns"].to_numpy(), slack)
     segs["host_chosen"] = segs["host_part_ns"] > segs["gpu_ns"]
     segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
