@@ -304,7 +304,7 @@ def test_shared_eager_decode_measured_cost_is_below_its_own_calls(shared_data: P
     """decode_serial: its measured cost, 2.08 ms/step (65 µs per all-reduce), comes from separate launches of 10
     timed steps (those with all-reduces span 17.3–27.4 ms, some faster than any without). The estimate counts
     the whole calls (116 µs each profiled; such calls take 100–225 µs unprofiled in the project's runs) and
-    lands at +83%; NCCL's issue alone at +19%. The same workload kind timed in one process, with and without
+    lands at +123%; NCCL's issue alone at +19%. The same workload kind timed in one process, with and without
     its all-reduces: fixtures decode_hostsync_d/e/f, 6.0–9.0 ms/step; two separate launches: 9.4 and −0.3 ms
     (fixtures/truth/separate). strict xfail while the estimate misses this measurement."""
     kineto = shared_data / "h200" / "kineto"

@@ -9,12 +9,12 @@ the GPU there, so host time saved before one is lost waiting in it). In each seg
   that launch no kernel included; a call counts at most ``ISSUE_OUTLIER`` × the median call of its kind, so one
   held-up call does not count as communication — plus the CPU work slowed right after each call (the same ops by
   name run 40–50 % longer in the first 100 µs after an all-reduce call than far from one; counted up to
-  ``host_issue.HOST_RECOVERY_NS`` after it, against their median far from calls) — capped at the GPU time spent
-  *waiting for the host* after the
-  first of them in the segment (gaps before launch-bound kernels): issuing earlier only helps when the GPU is
-  starved for launches afterwards. The same estimate counting only NCCL's own issue range (the innermost one) is
-  ``details.issue_only_saving_ns``: on host-bound runs timed with and without communication it reaches a third
-  to a half of the measured cost, the whole call 66–101 % (docs/METHOD_WHAT_IF.md);
+  ``host_issue.HOST_RECOVERY_NS`` after it, against their median far from calls; a segment's sum never below 0)
+  — capped at the GPU time spent *waiting for the host* after the first of them in the segment (gaps before
+  launch-bound kernels): issuing earlier only helps when the GPU is starved for launches afterwards. The same
+  estimate counting only NCCL's own issue range (the innermost one) is ``details.issue_only_saving_ns``: on
+  host-bound runs timed with and without communication it reaches a fifth to a half of the measured cost, this
+  estimate 72–115 % (docs/METHOD_WHAT_IF.md);
 * **GPU**: its collectives' *exposed* time (comm running, no compute kernel), each capped at the instance's
   cross-rank **transfer** time — waiting for a slower rank moves elsewhere when communication is free. With one
   rank only, the transfer is the 10th percentile of the same collective's (kind, size, kernel) durations. Plus
