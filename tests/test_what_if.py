@@ -305,7 +305,7 @@ def test_shared_eager_decode_measured_cost_is_below_its_own_calls(shared_data: P
     timed steps (those with all-reduces span 17.3–27.4 ms, some faster than any without). The estimate counts
     the whole calls (116 µs each profiled; such calls take 100–225 µs unprofiled in the project's runs) and
     lands at +123%; NCCL's issue alone at +19%. The same workload kind timed in one process, with and without
-    its all-reduces: fixtures decode_hostsync_d/e/f, 6.0–9.0 ms/step; two separate launches: 9.4 and −0.3 ms
+    its all-reduces: fixtures decode_hostsync_d/e/f, 6.0–9.0 ms/step; seven separate launch pairs: −0.3 … 9.4 ms
     (fixtures/truth/separate). strict xfail while the estimate misses this measurement."""
     kineto = shared_data / "h200" / "kineto"
     slowest, _ = truth_delta_ms(kineto, "decode_serial")
@@ -317,30 +317,21 @@ def test_shared_eager_decode_measured_cost_is_below_its_own_calls(shared_data: P
 
 
 def test_separate_launches_of_one_workload_disagree() -> None:
-    """Why a separate-launch truth cannot judge a host-bound estimate: two launch pairs of decode_hostsync on 2
-    GPUs (10 timed steps each, as the shared decode truth was taken), slowest rank with − slowest without."""
+    """Why a separate-launch truth cannot judge a host-bound estimate: seven launch pairs of decode_hostsync on 2
+    GPUs (5 warm-up + 10 timed steps each, as the shared decode truth was taken), slowest rank with − slowest
+    without: −0.3 … 9.4 ms/step, while the same workload timed in one process costs 8.3 ms/step."""
     from conftest import FIXTURES
 
     sep = FIXTURES / "truth" / "separate"
     costs = []
-    for launch in (1, 2):
+    for launch in range(1, 8):
         med = [json.loads((sep / f"decode_hostsync_launch{launch}{tag}_rank{r}.json").read_text())["step_ms_median"]
                for tag in ("", "_nocomm") for r in (0, 1)]
         costs.append(max(med[:2]) - max(med[2:]))
-    assert costs[0] > 9 and costs[1] < 0  # 9.4 and −0.3 ms/step
+    assert min(costs) < 0 and max(costs) > 9  # −0.32 … 9.39
+    assert 3.5 < statistics.median(costs) < 4.5  # 4.01
     same_process, _ = _ab_truth_ms("decode_hostsync_d")
     assert 8 < same_process < 9  # 8.32 ms/step over 5 rounds of 30 steps each way
-
-
-def test_overlap_estimate_within_25_percent(shared_data: Path) -> None:
-    """prefill_overlap: all-reduces on their own stream; the cost is host issue + exposed transfer + compute
-    slowed beside communication (contention)."""
-    kineto = shared_data / "h200" / "kineto"
-    slowest, rank0 = truth_delta_ms(kineto, "prefill_overlap")
-    est, what_if = _kineto_estimate_ms(kineto, "prefill_overlap")
-    assert abs(est / slowest - 1) <= 0.25, (est, slowest)
-    assert abs(est / rank0 - 1) <= 0.25, (est, rank0)
-    assert max(r["contention_ns"] for r in what_if.details["ranks"].values()) > 0
 
 
 def test_cuda_graph_decode_is_gpu_bound(shared_data: Path) -> None:
