@@ -40,8 +40,10 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("cross-rank wait", "the same collective instance matched across ranks: its transfer time ≈ the shortest "
                         "rank's duration; the rest is wait/skew. The rank that arrives last is the straggler."),
     ("cost if communication were free", "the step-time reduction to expect: exposed transfer time when the GPU is "
-                                        "the bottleneck, the host-side cost of issuing collectives when the step "
-                                        "is launch-bound."),
+                                        "the bottleneck; when the step is launch-bound, the host time of the "
+                                        "collective calls (each call whole, plus the CPU work slowed right after "
+                                        "it) that the GPU waited for. NCCL's own issue range alone is shown "
+                                        "beside it when much smaller."),
 )
 
 
