@@ -136,10 +136,13 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     lane_of = lane[: len(s)][sel]
     lo_ok = (lo >= 0) & (kl[np.maximum(lo, 0)] // span == lane_of)
     hi_ok = (hi < len(kl)) & (kl[np.minimum(hi, len(kl) - 1)] // span == lane_of)
-    names = np.array(trace.strings, dtype=object)[name[sel]]
+    # names and kinds looked up once per distinct name, not per call
+    distinct, which = np.unique(name[sel], return_inverse=True)
+    text = np.array([trace.strings[i] for i in distinct.tolist()], dtype=object)
+    kind = np.array([kind_of(None, n) for n in text], dtype=object)
     calls = pd.DataFrame({
-        "start_ns": s[sel], "end_ns": e[sel], "thread": thread[sel], "issue_ns": issue[sel], "name": names,
-        "kind": [kind_of(None, n) for n in names], "launches_comm": launches_comm[sel],
+        "start_ns": s[sel], "end_ns": e[sel], "thread": thread[sel], "issue_ns": issue[sel],
+        "name": text[which.ravel()], "kind": kind[which.ravel()], "launches_comm": launches_comm[sel],
         "before_ns": np.where(lo_ok, k_start[np.maximum(lo, 0)], -1),
         "after_ns": np.where(hi_ok, k_start[np.minimum(hi, len(kl) - 1)], -1),
     })
@@ -168,8 +171,7 @@ def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFra
     r = trace.ranges
     if len(calls) == 0 or len(r) == 0:
         return out
-    kinds = np.array(trace.strings, dtype=object)
-    cpu_op = [i for i in np.unique(r["kind_id"][r["kind_id"] >= 0]).tolist() if kinds[i] == "cpu_op"]
+    cpu_op = [i for i in np.unique(r["kind_id"][r["kind_id"] >= 0]).tolist() if trace.strings[i] == "cpu_op"]
     thread = thread_key(r["pid"], r["tid"])
     sel = np.isin(r["kind_id"], cpu_op) & (r["device"] < 0) & (r["end_ns"] > r["start_ns"]) & \
         np.isin(thread, calls["thread"].to_numpy(np.int64))

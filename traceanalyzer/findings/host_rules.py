@@ -204,9 +204,11 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
     time per step. Which calls count in which step: :func:`~traceanalyzer.analysis.host_issue.host_only_in_steps`
     (calls during warm-up or CUDA-graph capture do not)."""
     found = []
+    counted = ctx.summary.what_if.details.get("ranks") or {}
     for dev in ctx.summary.devices:
         trace = ctx.trace_of(dev)
-        if trace is None or not len(dev.per_step):
+        # the what-if has already looked for these calls on its ranks: skip the ones where it found none
+        if trace is None or not len(dev.per_step) or counted.get(str(dev.rank), {}).get("calls_without_kernels") == 0:
             continue
         act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
             else gather(trace, dev.rank, dev.device)
