@@ -177,6 +177,59 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     click.echo(f"report written: {written}", err=True)
 
 
+@cli.command(short_help="Compare two runs: step change attributed, kernels, collectives, findings.")
+@click.argument("before", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--vs", "after", multiple=True, required=True, type=click.Path(path_type=Path), metavar="AFTER",
+              help="A trace file or directory of the after run (repeat for several files).")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff JSON (with its schema_version).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Also write the diff as a self-contained HTML file.")
+@click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Exit 3 when the after step is slower by more than PCT %% and by more than the noise.")
+@_RULES
+@_JOBS
+@_STEP_RANGE
+@_LAYER_PATTERN
+@click.pass_context
+def diff(ctx: click.Context, before: tuple[Path, ...], after: tuple[Path, ...], as_json: bool, output: Path | None,
+         fail_if_slower: float | None, rules: Path | None, jobs: int, step_range: str | None,
+         layer_pattern: str) -> None:
+    """Compare BEFORE (trace files or directories of rank traces) with the run given by --vs: median step time
+    and its noise, a verdict (faster, slower, same, not comparable), the step change attributed to compute
+    buckets, exposed communication (transfer, wait), memory copies and idle (host-bound, other) so the parts add
+    up, kernels matched by role, collectives and findings before/after.
+
+    Either side may be an nsys export or Kineto traces. Method: docs/DIFF.md. Exit codes as everywhere, plus 3
+    with --fail-if-slower when the after run is slower than allowed.
+
+    \b
+    Example:
+      traceanalyzer diff before/ --vs after/ -o diff.html --fail-if-slower 5
+    """
+    from .diff import diff as diff_fn
+    from .progress import progress_bar
+
+    with progress_bar("loading") as progress:
+        result = diff_fn(list(before), list(after), rules=rules, jobs=jobs, step_range=step_range,
+                         layer_pattern=layer_pattern, progress=progress)
+    if output is not None:
+        from .render.diff import render_diff_html
+        from .render.html import write_atomic
+
+        write_atomic(render_diff_html(result), output)
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        from .render.diff import print_diff
+
+        print_diff(result)
+    if output is not None:
+        click.echo(f"diff written: {output}", err=True)
+    if fail_if_slower is not None and result.slower_than(fail_if_slower):
+        click.echo(f"after is slower than allowed (> {fail_if_slower:g} % and > noise)", err=True)
+        ctx.exit(int(ExitCode.SLOWER))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and turn errors into one-line messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv

@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     OK = 0
     INTERNAL_ERROR = 1
     BAD_INPUT = 2
+    SLOWER = 3  # ``diff --fail-if-slower``: the after run is slower than allowed
 
 
 class TraceAnalyzerError(Exception):

@@ -1,0 +1,110 @@
+"""Per-step wall time of one (rank, device) split into components that add up to the step exactly.
+
+The step windows are the summary's own (``DeviceSummary.per_step``), so a better step detection is inherited.
+Inside each window ``[ws, we)``, every nanosecond is claimed by the first of these that covers it:
+
+1. ``compute:<bucket>``: the union of that bucket's non-communication kernels, buckets in the classifier's
+   exclusive precedence (``moe_fp4_gemm`` > ``moe_gemm`` > ``gemm`` > ``attention`` > ``other`` > ``memory``…).
+2. ``comm:wait`` / ``comm:exposed_transfer``: communication (kernels and peer copies) with no compute kernel
+   beside it — the exposed communication of the summary. A collective instance matched across ranks spends
+   its first ``wait_ns`` (its duration minus the shortest rank's) waiting for peers; the exposed time inside
+   that leading part is ``comm:wait``, the rest ``comm:exposed_transfer``. Without a cross-rank match (one rank,
+   unmatched instances) all of it is transfer.
+3. ``memory:copies``: memory operations (copy engines) under no kernel and no communication.
+4. ``idle:host`` / ``idle:other``: the window minus all GPU activity. A gap is host-bound when the kernel or
+   memory operation that ends it was launched (its host API call started) after the gap began: the GPU had
+   nothing queued and waited for the host. Other gaps (work queued but held by a dependency, an event, a
+   peer, or no launch record) are ``idle:other``.
+
+Each step's components therefore sum to its duration by construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .activity import DeviceActivity
+from .results import CrossRankSummary, DeviceSummary
+
+COMM_WAIT = "comm:wait"
+COMM_TRANSFER = "comm:exposed_transfer"
+MEMORY_COPIES = "memory:copies"
+IDLE_HOST = "idle:host"
+IDLE_OTHER = "idle:other"
+COMPUTE_PREFIX = "compute:"
+
+
+def _wait_intervals(dev: DeviceSummary, cross: CrossRankSummary | None) -> iv.Intervals:
+    """The leading ``wait_ns`` of each of the device's collective instances matched across ranks."""
+    if cross is None or not len(cross.per_collective):
+        return iv.empty()
+    per = cross.per_collective
+    start_col, wait_col = f"start_ns_r{dev.rank}", f"wait_ns_r{dev.rank}"
+    if start_col not in per or wait_col not in per:
+        return iv.empty()
+    starts = per[start_col].to_numpy(np.int64)
+    return iv.union(starts, starts + per[wait_col].to_numpy(np.int64))
+
+
+def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> tuple[iv.Intervals, iv.Intervals]:
+    """Idle gaps of the device within ``[lo, hi)``, split into (host-bound, other) as the module doc says."""
+    gs, ge = iv.gaps(act.busy, lo, hi)
+    if len(gs) == 0:
+        return iv.empty(), iv.empty()
+    starts = np.r_[act.kernels["start_ns"], act.memops["start_ns"]]
+    launch = np.r_[act.launch_ns, act.memop_launch_ns]
+    order = np.argsort(starts, kind="stable")
+    starts, launch = starts[order], launch[order]
+    # the work ending each gap: the earliest activity starting at the gap's end (latest launch if several)
+    first = np.searchsorted(starts, ge, side="left")
+    last = np.searchsorted(starts, ge, side="right")
+    has_next = last > first
+    latest = np.full(len(ge), -1, dtype=np.int64)
+    if has_next.any():
+        mx = np.maximum.reduceat(np.r_[launch, -1], np.c_[np.minimum(first, len(launch)),
+                                                          np.minimum(last, len(launch))].ravel())[0::2]
+        latest = np.where(has_next, mx, -1)
+    host = (latest >= 0) & (latest >= gs)
+    return (gs[host], ge[host]), (gs[~host], ge[~host])
+
+
+def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: list[str]) -> pd.DataFrame:
+    """One row per step of ``dev`` (its ``per_step`` windows), one int64 column per component plus ``step`` and
+    ``duration_ns``; the component columns of a row sum to its ``duration_ns``."""
+    act: DeviceActivity | None = dev.activity
+    steps = dev.per_step
+    if act is None or not len(steps):
+        return pd.DataFrame(columns=["step", "duration_ns"])
+    ws = steps["start_ns"].to_numpy(np.int64)
+    we = steps["end_ns"].to_numpy(np.int64)
+    out = pd.DataFrame({"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws})
+    k = act.kernels
+    claimed = iv.empty()
+    compute_buckets = [b for b in order if b != "communication"]
+    present = sorted(set(act.kernel_bucket[~act.kernel_is_comm].tolist()) - set(compute_buckets))
+    for bucket in [*compute_buckets, *present]:
+        sel = (act.kernel_bucket == bucket) & ~act.kernel_is_comm
+        if not sel.any():
+            continue
+        own = iv.difference(iv.union(k["start_ns"][sel], k["end_ns"][sel]), claimed)
+        out[COMPUTE_PREFIX + bucket] = iv.measure_within(own, ws, we)
+        claimed = iv.union(np.r_[claimed[0], own[0]], np.r_[claimed[1], own[1]])
+    exposed = iv.difference(act.comm, claimed)
+    wait = iv.intersect(exposed, _wait_intervals(dev, cross))
+    wait_ns = iv.measure_within(wait, ws, we)
+    out[COMM_WAIT] = wait_ns
+    out[COMM_TRANSFER] = iv.measure_within(exposed, ws, we) - wait_ns
+    claimed = iv.union(np.r_[claimed[0], act.comm[0]], np.r_[claimed[1], act.comm[1]])
+    out[MEMORY_COPIES] = iv.measure_within(iv.difference(act.busy, claimed), ws, we)
+    lo, hi = (int(min(ws.min(), act.span[0])), int(max(we.max(), act.span[1])))
+    host, other = _host_bound_gaps(act, lo, hi)
+    out[IDLE_HOST] = iv.measure_within(host, ws, we)
+    out[IDLE_OTHER] = iv.measure_within(other, ws, we)
+    return out
+
+
+def component_columns(frame: pd.DataFrame) -> list[str]:
+    """The component columns of a :func:`step_components` frame, in attribution order."""
+    return [c for c in frame.columns if c not in ("step", "duration_ns")]

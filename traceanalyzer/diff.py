@@ -1,0 +1,231 @@
+"""``diff``: two runs compared — step time, an attribution of its change that adds up, kernels matched by role,
+collectives, findings, and whether the runs are comparable at all. Method and limits: docs/DIFF.md.
+
+Each side is summarized exactly as ``summary`` does (its steps, its cross-rank match); the diff then only reads
+those results, so it costs the two summaries plus a pass over each side's kernels.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis.attribution import component_columns, step_components
+from .analysis.kernel_match import (collective_table, compare_collectives, compare_findings, kernel_groups,
+                                    kernel_overlap, match_kernels)
+from .analysis.results import Summary, _records
+from .trace import Trace
+
+PathLike = str | Path
+DIFF_SCHEMA_VERSION = "1.0"
+MIN_NOISE_PCT = 1.0  # noise floor never below this % of the before step (a trace against a near-copy of itself)
+MIN_KERNEL_OVERLAP = 0.5  # below this share of kernel time matched, the runs are different workloads
+MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal distribution
+VERDICTS = ("faster", "slower", "same", "not comparable")
+
+
+@dataclass
+class DiffSide:
+    """One side of a diff: its summary and the representative step."""
+
+    summary: Summary
+    step_ns: int | None  # mean over devices of each device's median step
+    spread_ns: int  # step-to-step spread (1.4826 · MAD of step durations, largest device)
+    steps: int  # steps over all devices
+    components: dict[str, int]  # the representative step's components; they sum to step_ns
+    world_size: int
+    layers_per_step: int | None
+    step_source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"traces": [t.path for t in self.summary.traces], "formats": sorted({t.format for t in
+                                                                                    self.summary.traces}),
+                "step_ns": self.step_ns, "spread_ns": self.spread_ns, "steps": self.steps,
+                "world_size": self.world_size, "layers_per_step": self.layers_per_step,
+                "step_source": self.step_source}
+
+
+@dataclass
+class DiffResult:
+    """Everything ``diff`` shows. ``step`` and ``attribution`` are integer ns per step; ``kernels`` and
+    ``collectives`` are per device-step DataFrames (float ns), ``findings`` a list of dicts."""
+
+    before: DiffSide
+    after: DiffSide
+    step: dict[str, Any]  # before_ns, after_ns, delta_ns, delta_pct, noise_ns, verdict
+    attribution: list[dict[str, Any]]  # component, before_ns, after_ns, delta_ns (sum = step delta_ns)
+    kernels: pd.DataFrame
+    collectives: pd.DataFrame
+    findings: list[dict[str, Any]]
+    comparable: bool
+    reasons: list[str]
+    kernel_overlap: float | None
+    warnings: list[str] = field(default_factory=list)
+
+    def slower_than(self, pct: float) -> bool:
+        """Whether the after step is slower by more than ``pct`` % and by more than the noise (the CI gate)."""
+        s = self.step
+        if s["delta_ns"] is None or s["delta_pct"] is None:
+            return False
+        return bool(s["delta_pct"] > pct and s["delta_ns"] > s["noise_ns"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": DIFF_SCHEMA_VERSION, "before": self.before.to_json(),
+                "after": self.after.to_json(), "step": self.step, "attribution": self.attribution,
+                "comparable": self.comparable, "reasons": self.reasons, "kernel_overlap": self.kernel_overlap,
+                "kernels": _records(self.kernels), "collectives": _records(self.collectives),
+                "findings": self.findings, "warnings": self.warnings}
+
+    def _repr_html_(self) -> str:
+        s = self.step
+        rows = "".join(f"<tr><td>{html.escape(a['component'])}</td><td>{a['before_ns'] / 1e6:.3f}</td>"
+                       f"<td>{a['after_ns'] / 1e6:.3f}</td><td>{a['delta_ns'] / 1e6:+.3f}</td></tr>"
+                       for a in self.attribution if a["delta_ns"] or a["before_ns"] or a["after_ns"])
+        head = "—" if s["delta_ns"] is None else (f"{s['before_ns'] / 1e6:.3f} → {s['after_ns'] / 1e6:.3f} ms/step "
+                                                 f"({s['delta_pct']:+.1f} %, noise {s['noise_ns'] / 1e6:.3f} ms)")
+        why = "".join(f"<li>{html.escape(r)}</li>" for r in self.reasons)
+        return (f"<div><b>diff: {html.escape(s['verdict'])}</b> — {html.escape(head)}<ul>{why}</ul>"
+                "<table><tr><th>component</th><th>before ms</th><th>after ms</th><th>Δ ms</th></tr>"
+                f"{rows}</table></div>")
+
+
+def _median_rows(durations: np.ndarray) -> np.ndarray:
+    """Rows of the median step: the middle one, or the two middle ones of an even count."""
+    order = np.argsort(durations, kind="stable")
+    n = len(order)
+    return order[[n // 2]] if n % 2 else order[[n // 2 - 1, n // 2]]
+
+
+def _round_parts(parts: dict[str, float]) -> dict[str, int]:
+    """Integers with the same (rounded) total: floors plus one ns to the largest remainders."""
+    keys = list(parts)
+    values = np.array([parts[k] for k in keys], dtype=np.float64)
+    floors = np.floor(values)
+    short = int(round(values.sum() - floors.sum()))
+    bump = np.argsort(-(values - floors), kind="stable")[:max(short, 0)]
+    floors[bump] += 1
+    return {k: int(v) for k, v in zip(keys, floors, strict=True)}
+
+
+def _layers_per_step(summary: Summary) -> int | None:
+    counts = []
+    for dev in summary.devices:
+        table = dev.per_layer
+        if dev.layer_source == "none" or not len(table) or "step" not in table:
+            continue
+        per = table[table["step"] >= 0].groupby("step").size()
+        if len(per):
+            counts.append(int(np.median(per.to_numpy())))
+    return int(np.median(counts)) if counts else None
+
+
+def _world_size(summary: Summary) -> int:
+    """The job's world size: the largest one a trace declares (Kineto ``distributedInfo``, nsys processes), else
+    the number of ranks loaded (one rank file of an 8-rank job is still an 8-rank job)."""
+    declared = [d.activity.trace.world_size for d in summary.devices
+                if d.activity is not None and d.activity.trace.world_size]
+    ranks = {r for t in summary.traces for r in t.ranks}
+    return max([*declared, len(ranks)])
+
+
+def build_side(summary: Summary) -> DiffSide:
+    """The representative step of a summarized run and its components (see docs/DIFF.md)."""
+    from .analysis.device import exclusive_precedence
+
+    order = list(exclusive_precedence())
+    medians, spreads, parts, steps = [], [], [], 0
+    for dev in summary.devices:
+        frame = step_components(dev, summary.cross_rank, order)
+        if not len(frame):
+            continue
+        durations = frame["duration_ns"].to_numpy(np.int64)
+        steps += len(durations)
+        rows = frame.iloc[_median_rows(durations)]
+        medians.append(float(rows["duration_ns"].mean()))
+        spreads.append(MAD_TO_SIGMA * float(np.median(np.abs(durations - np.median(durations)))))
+        parts.append(rows[component_columns(frame)].mean())
+    world = _world_size(summary)
+    sources = sorted({d.step_source for d in summary.devices if d.steps})
+    if not parts:
+        return DiffSide(summary, None, 0, 0, {}, world, _layers_per_step(summary), ", ".join(sources) or "none")
+    mean_parts = pd.concat(parts, axis=1).fillna(0.0).mean(axis=1)
+    components = _round_parts({str(k): float(v) for k, v in mean_parts.items()})
+    return DiffSide(summary, sum(components.values()), int(round(max(spreads))), steps, components, world,
+                    _layers_per_step(summary), ", ".join(sources))
+
+
+def _attribution(before: DiffSide, after: DiffSide) -> list[dict[str, Any]]:
+    names = list(before.components) + [c for c in after.components if c not in before.components]
+    rows = [{"component": c, "before_ns": before.components.get(c, 0), "after_ns": after.components.get(c, 0)}
+            for c in names]
+    for row in rows:
+        row["delta_ns"] = row["after_ns"] - row["before_ns"]
+    return rows
+
+
+def _comparability(before: DiffSide, after: DiffSide, overlap: float | None) -> list[str]:
+    reasons = []
+    for side, name in ((before, "before"), (after, "after")):
+        if side.step_ns is None:
+            reasons.append(f"no steps detected in the {name} run")
+    if before.world_size != after.world_size:
+        reasons.append(f"world size differs: {before.world_size} vs {after.world_size} ranks")
+    if before.layers_per_step and after.layers_per_step and before.layers_per_step != after.layers_per_step:
+        reasons.append(f"layers per step differ: {before.layers_per_step} vs {after.layers_per_step}")
+    if overlap is not None and overlap < MIN_KERNEL_OVERLAP:
+        reasons.append(f"kernel sets differ: only {100 * overlap:.0f} % of kernel time matches by role "
+                       f"(< {100 * MIN_KERNEL_OVERLAP:.0f} %)")
+    return reasons
+
+
+def _step(before: DiffSide, after: DiffSide, comparable: bool, min_noise_pct: float) -> dict[str, Any]:
+    if before.step_ns is None or after.step_ns is None:
+        return {"before_ns": before.step_ns, "after_ns": after.step_ns, "delta_ns": None, "delta_pct": None,
+                "noise_ns": None, "verdict": "not comparable"}
+    delta = after.step_ns - before.step_ns
+    noise = max(before.spread_ns, after.spread_ns, int(round(before.step_ns * min_noise_pct / 100)))
+    verdict = "slower" if delta > noise else "faster" if delta < -noise else "same"
+    return {"before_ns": before.step_ns, "after_ns": after.step_ns, "delta_ns": delta,
+            "delta_pct": 100.0 * delta / before.step_ns if before.step_ns else None, "noise_ns": noise,
+            "verdict": verdict if comparable else "not comparable"}
+
+
+def diff_summaries(before: Summary, after: Summary, *, min_noise_pct: float = MIN_NOISE_PCT) -> DiffResult:
+    """Compare two summaries (computed with their devices' activity, as :func:`traceanalyzer.summary` does)."""
+    side_b, side_a = build_side(before), build_side(after)
+    kernels = match_kernels(kernel_groups(before.devices), kernel_groups(after.devices))
+    overlap = kernel_overlap(kernels)
+    reasons = _comparability(side_b, side_a, overlap)
+    collectives = compare_collectives(
+        collective_table(before.devices, before.cross_rank.per_collective if before.cross_rank else None),
+        collective_table(after.devices, after.cross_rank.per_collective if after.cross_rank else None))
+    warnings = [f"before: {w}" for w in before.warnings] + [f"after: {w}" for w in after.warnings]
+    models = [sorted({d.name for d in s.devices if d.name}) for s in (before, after)]
+    if all(models) and models[0] != models[1]:
+        warnings.insert(0, f"GPU models differ ({', '.join(models[0])} vs {', '.join(models[1])}): the diff "
+                           "compares the hardware too")
+    return DiffResult(before=side_b, after=side_a, step=_step(side_b, side_a, not reasons, min_noise_pct),
+                      attribution=_attribution(side_b, side_a), kernels=kernels, collectives=collectives,
+                      findings=compare_findings(before.findings, after.findings), comparable=not reasons,
+                      reasons=reasons, kernel_overlap=overlap, warnings=warnings)
+
+
+def _as_list(side: Any) -> list[Any]:
+    return list(side) if isinstance(side, (list, tuple)) else [side]
+
+
+def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after: PathLike | Trace | Summary
+         | Sequence[PathLike | Trace], *, min_noise_pct: float = MIN_NOISE_PCT, **options: Any) -> DiffResult:
+    """``ta.diff(before, after)``: each side a trace file, a directory of rank traces, a list of them, loaded
+    Traces, or a ready Summary; ``options`` are summary options (``rules``, ``step_range``, ``layer_pattern``,
+    ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.errors.BadInputError` naming the file."""
+    from .analysis.summary import summary as summarize_side
+
+    sides = [s if isinstance(s, Summary) else summarize_side(_as_list(s), **options) for s in (before, after)]
+    return diff_summaries(sides[0], sides[1], min_noise_pct=min_noise_pct)
