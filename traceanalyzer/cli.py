@@ -235,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     show_tb = "--traceback" in args
     try:
-        cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
+        code = cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
+        if isinstance(code, int) and code:  # a command's ctx.exit(n), e.g. diff --fail-if-slower → 3
+            return code
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return ExitCode.BAD_INPUT

@@ -17,8 +17,14 @@ import numpy as np
 import pandas as pd
 
 from .analysis.attribution import component_columns, step_components
-from .analysis.kernel_match import (collective_table, compare_collectives, compare_findings, kernel_groups,
-                                    kernel_overlap, match_kernels)
+from .analysis.kernel_match import (
+    collective_table,
+    compare_collectives,
+    compare_findings,
+    kernel_groups,
+    kernel_overlap,
+    match_kernels,
+)
 from .analysis.results import Summary, _records
 from .trace import Trace
 
@@ -107,7 +113,7 @@ def _round_parts(parts: dict[str, float]) -> dict[str, int]:
     keys = list(parts)
     values = np.array([parts[k] for k in keys], dtype=np.float64)
     floors = np.floor(values)
-    short = int(round(values.sum() - floors.sum()))
+    short = round(values.sum() - floors.sum())
     bump = np.argsort(-(values - floors), kind="stable")[:max(short, 0)]
     floors[bump] += 1
     return {k: int(v) for k, v in zip(keys, floors, strict=True)}
@@ -156,7 +162,7 @@ def build_side(summary: Summary) -> DiffSide:
         return DiffSide(summary, None, 0, 0, {}, world, _layers_per_step(summary), ", ".join(sources) or "none")
     mean_parts = pd.concat(parts, axis=1).fillna(0.0).mean(axis=1)
     components = _round_parts({str(k): float(v) for k, v in mean_parts.items()})
-    return DiffSide(summary, sum(components.values()), int(round(max(spreads))), steps, components, world,
+    return DiffSide(summary, sum(components.values()), round(max(spreads)), steps, components, world,
                     _layers_per_step(summary), ", ".join(sources))
 
 
@@ -189,7 +195,7 @@ def _step(before: DiffSide, after: DiffSide, comparable: bool, min_noise_pct: fl
         return {"before_ns": before.step_ns, "after_ns": after.step_ns, "delta_ns": None, "delta_pct": None,
                 "noise_ns": None, "verdict": "not comparable"}
     delta = after.step_ns - before.step_ns
-    noise = max(before.spread_ns, after.spread_ns, int(round(before.step_ns * min_noise_pct / 100)))
+    noise = max(before.spread_ns, after.spread_ns, round(before.step_ns * min_noise_pct / 100))
     verdict = "slower" if delta > noise else "faster" if delta < -noise else "same"
     return {"before_ns": before.step_ns, "after_ns": after.step_ns, "delta_ns": delta,
             "delta_pct": 100.0 * delta / before.step_ns if before.step_ns else None, "noise_ns": noise,

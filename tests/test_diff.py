@@ -1,0 +1,153 @@
+"""``diff`` on hand-built traces with hand-computed answers, and its command-line contract."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traceanalyzer.analysis.kernel_match import match_kernels, role_key
+from traceanalyzer.cli import main
+from traceanalyzer.diff import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts, diff
+from traceanalyzer.testing.synth import make_trace
+
+REPO = Path(__file__).resolve().parents[1]
+AB = REPO / "fixtures" / "kineto" / "ab"
+AR = ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "communication", "allreduce")
+
+
+def stepped_trace(step: int, comm: int, gemm: str = "sm90_xmma_gemm_bf16_128x256x64_tn", steps: int = 3):
+    """``steps`` GPU-annotated steps of ``step`` ns: gemm [s, s+40), all-reduce [s+40, s+40+comm), a 10 ns gap
+    whose end (attention) is launched after the gap began (host-bound), attention 25 ns, then idle until the next
+    step, whose gemm was launched long before (other idle)."""
+    kernels, api, ranges = [], [], []
+    for i in range(steps):
+        s = i * step
+        gap_end = s + 40 + comm + 10
+        kernels += [(s, s + 40, 0, 7, gemm, "gemm", "cublas", 3 * i),
+                    (s + 40, s + 40 + comm, 0, 7, *AR, 3 * i + 1),
+                    (gap_end, gap_end + 25, 0, 7, "flash_fwd_kernel", "attention", "flash", 3 * i + 2)]
+        api += [(s - 50 if i else 0, s - 45 if i else 1, 3 * i), (s + 1, s + 2, 3 * i + 1),
+                (gap_end - 5, gap_end - 4, 3 * i + 2)]
+        ranges.append((s, s + step, "gpu_user_annotation", f"ProfilerStep#{i}", 0))
+    return make_trace(kernels=kernels, api_calls=api, ranges=ranges)
+
+
+def components(result) -> dict[str, tuple[int, int, int]]:
+    return {a["component"]: (a["before_ns"], a["after_ns"], a["delta_ns"]) for a in result.attribution}
+
+
+def test_attribution_is_exact_and_adds_up() -> None:
+    result = diff(stepped_trace(100, 20), stepped_trace(110, 30))
+    assert result.step["before_ns"] == 100 and result.step["after_ns"] == 110 and result.step["delta_ns"] == 10
+    parts = components(result)
+    assert parts["compute:gemm"] == (40, 40, 0) and parts["compute:attention"] == (25, 25, 0)
+    assert parts["comm:exposed_transfer"] == (20, 30, 10) and parts["comm:wait"] == (0, 0, 0)
+    assert parts["idle:host"] == (10, 10, 0) and parts["idle:other"] == (5, 5, 0)
+    assert sum(d for _, _, d in parts.values()) == result.step["delta_ns"]
+    assert result.step["verdict"] == "slower" and result.comparable and result.reasons == []
+    assert result.step["noise_ns"] == 1  # no step-to-step spread: the 1 % floor of the before step
+
+
+def test_same_trace_is_same_with_zero_deltas() -> None:
+    trace = stepped_trace(100, 20)
+    result = diff(trace, trace)
+    assert result.step["verdict"] == "same" and result.step["delta_ns"] == 0
+    assert all(a["delta_ns"] == 0 for a in result.attribution)
+    assert set(result.kernels["match"]) == {"name"} and result.kernel_overlap == 1.0
+    assert not result.slower_than(0)
+
+
+def test_faster_and_the_gate() -> None:
+    result = diff(stepped_trace(110, 30), stepped_trace(100, 20))
+    assert result.step["verdict"] == "faster" and not result.slower_than(0)
+    slower = diff(stepped_trace(100, 20), stepped_trace(110, 30))
+    assert slower.slower_than(9.9) and not slower.slower_than(10.0)  # +10 %
+
+
+def test_renamed_gemm_matches_by_role_and_retile_by_key() -> None:
+    assert role_key("sm90_xmma_gemm_bf16_128x256x64_tn") == role_key("sm90_xmma_gemm_bf16_256x128x64_tn")
+    result = diff(stepped_trace(100, 20), stepped_trace(100, 20, gemm="nvjet_tst_128x256_64x4_2x1_v_bz_TNT"))
+    gemm = result.kernels[result.kernels["bucket"] == "gemm"]
+    assert list(gemm["match"]) == ["bucket"] and result.kernel_overlap == 1.0
+    retiled = diff(stepped_trace(100, 20), stepped_trace(100, 20, gemm="sm90_xmma_gemm_bf16_256x128x64_tn"))
+    assert list(retiled.kernels.loc[retiled.kernels["bucket"] == "gemm", "match"]) == ["role"]
+
+
+def test_added_and_removed_kernels_largest_change_first() -> None:
+    b = pd.DataFrame({"name": ["a", "gone"], "bucket": ["gemm", "other"], "subbucket": ["", ""], "grid": -1,
+                      "block": -1, "count": [1.0, 2.0], "ns": [10.0, 30.0]})
+    a = pd.DataFrame({"name": ["a", "new"], "bucket": ["gemm", "attention"], "subbucket": ["", ""], "grid": -1,
+                      "block": -1, "count": [1.0, 1.0], "ns": [12.0, 5.0]})
+    table = match_kernels(b, a)
+    assert list(table["match"]) == ["removed", "added", "name"]
+    assert list(table["delta_ns"]) == [-30.0, 5.0, 2.0]
+
+
+def test_different_world_size_and_kernels_are_not_comparable() -> None:
+    other = make_trace(kernels=[(i * 100, i * 100 + 90, 0, 7, "totally_different_kernel", "other", "", i)
+                                for i in range(3)],
+                       ranges=[(i * 100, i * 100 + 100, "gpu_user_annotation", f"ProfilerStep#{i}", 0)
+                               for i in range(3)])
+    result = diff(stepped_trace(100, 20), replace(other, world_size=8))
+    assert result.step["verdict"] == "not comparable" and not result.comparable
+    assert any("world size differs: 1 vs 8" in r for r in result.reasons)
+    assert any("kernel sets differ" in r for r in result.reasons)
+    assert result.step["delta_ns"] == 0  # the numbers are still there
+
+
+@pytest.mark.parametrize("values", [[1.5, 2.5, 3.0], [0.2, 0.2, 0.2, 0.4], [7.0], [1 / 3] * 6])
+def test_rounded_parts_keep_the_total(values: list[float]) -> None:
+    parts = _round_parts({str(i): v for i, v in enumerate(values)})
+    assert sum(parts.values()) == round(sum(values))
+    assert all(abs(parts[str(i)] - v) < 1 for i, v in enumerate(values))
+
+
+def test_even_step_count_uses_the_two_middle_steps() -> None:
+    base = stepped_trace(100, 20, steps=4)
+    result = diff(base, base)
+    assert result.before.steps == 4 and result.step["before_ns"] == 100
+    assert sum(result.before.components.values()) == result.step["before_ns"]
+
+
+def test_cli_json_contract_html_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before, after = AB / "tp2_decode_eager_c_nocomm", AB / "tp2_decode_eager_c"
+    out = tmp_path / "diff.html"
+    assert main(["diff", str(before), "--vs", str(after), "--json", "-o", str(out), "--fail-if-slower", "5"]) == 3
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert payload["schema_version"] == DIFF_SCHEMA_VERSION
+    step = payload["step"]
+    assert set(step) == {"before_ns", "after_ns", "delta_ns", "delta_pct", "noise_ns", "verdict"}
+    assert step["verdict"] in VERDICTS and step["verdict"] == "slower"
+    assert sum(a["delta_ns"] for a in payload["attribution"]) == step["delta_ns"]
+    assert {"component", "before_ns", "after_ns", "delta_ns"} == set(payload["attribution"][0])
+    assert "slower than allowed" in captured.err
+    page = out.read_text(encoding="utf-8")
+    assert "<script" not in page and "default-src 'none'" in page and "attribution waterfall" in page
+    # the same pair the other way round is faster: the gate passes
+    assert main(["diff", str(after), "--vs", str(before), "--fail-if-slower", "5"]) == 0
+    assert "faster" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json", encoding="utf-8")
+    out = tmp_path / "diff.html"
+    assert main(["diff", str(AB / "tp2_decode_eager_c"), "--vs", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: ") and "broken.json" in err[0]
+    assert not out.exists()
+    assert main(["diff", str(AB / "tp2_decode_eager_c")]) == 2  # --vs is required
+    assert "--vs" in capsys.readouterr().err
+
+
+def test_repr_html_is_compact() -> None:
+    result = diff(stepped_trace(100, 20), stepped_trace(110, 30))
+    text = result._repr_html_()
+    assert "slower" in text and "comm:exposed_transfer" in text and len(text) < 5000
+    assert np.isclose(result.step["delta_pct"], 10.0)
