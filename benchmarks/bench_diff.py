@@ -26,7 +26,8 @@ def _pairs() -> list[tuple[str, list[Path], list[Path]]]:
     fix = REPO / "fixtures"
     pairs = [("self", [fix / "kineto/tp2_prefill_serial"], [fix / "kineto/tp2_prefill_serial"]),
              ("nsys_vs_kineto", [fix / "nsys/tp2_prefill_serial.sqlite"], [fix / "kineto/tp2_prefill_serial"]),
-             ("ab_decode_nocomm", [fix / "kineto/ab/tp2_decode_eager_c"], [fix / "kineto/ab/tp2_decode_eager_c_nocomm"])]
+             ("ab_decode_nocomm", [fix / "kineto/ab/tp2_decode_eager_c"],
+              [fix / "kineto/ab/tp2_decode_eager_c_nocomm"])]
     if SHARED.is_dir():
         ranks = [[K / f"{run}_rank{r}.json.gz" for r in (0, 1)]
                  for run in ("nop2p_prefill_serial", "prefill_serial", "prefill_overlap")]

@@ -34,6 +34,17 @@ def report(paths: Any, **options: Any) -> Any:
     return _report(list(paths) if isinstance(paths, (list, tuple)) else [paths], **options)
 
 
+def diff(before: Any, after: Any, **options: Any) -> Any:
+    """Compare two runs into a ``DiffResult``: each side a trace file, directory, list of them, Traces or a Summary
+    (see ``traceanalyzer.diff.diff``; method in docs/DIFF.md).
+
+    >>> d = ta.diff("before/", "after/"); d.step["verdict"], d.attribution   # doctest: +SKIP
+    """
+    from .diff import diff as _diff
+
+    return _diff(before, after, **options)
+
+
 def classify_names(names: list[str], rules: Any = None) -> Any:
     """Classify kernel names into buckets (see ``traceanalyzer.classify.classify_names``)."""
     from .classify import classify_names as _classify_names
@@ -52,6 +63,7 @@ __all__ = [
     "__version__",
     "classify_names",
     "detect_format",
+    "diff",
     "info",
     "load",
     "load_many",

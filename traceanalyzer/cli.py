@@ -49,8 +49,10 @@ def cli(ctx: click.Context, traceback: bool) -> None:
       traceanalyzer info rank0.json.gz
       traceanalyzer summary traces/            # one file per rank
       traceanalyzer report run.sqlite -o run.html
+      traceanalyzer diff before/ --vs after/   # what changed, attributed
 
-    Exit codes: 0 ok, 1 internal error, 2 bad input (one line on stderr naming the file and the problem).
+    Exit codes: 0 ok, 1 internal error, 2 bad input (one line on stderr naming the file and the problem),
+    3 diff --fail-if-slower: the after run is slower than allowed.
     """
     ctx.obj = {"traceback": traceback}
 
@@ -185,7 +187,7 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Also write the diff as a self-contained HTML file.")
 @click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="Exit 3 when the after step is slower by more than PCT %% and by more than the noise.")
+              help="Exit 3 when the after step is slower by more than PCT % and by more than the noise.")
 @_RULES
 @_JOBS
 @_STEP_RANGE
