@@ -142,6 +142,9 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("Error: ") and "broken.json" in err[0]
     assert not out.exists()
+    assert main(["diff", str(AB / "tp2_decode_eager_c"), "--vs", str(AB / "tp2_decode_eager_c"),
+                 "-o", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
     assert main(["diff", str(AB / "tp2_decode_eager_c")]) == 2  # --vs is required
     assert "--vs" in capsys.readouterr().err
 
@@ -151,3 +154,19 @@ def test_repr_html_is_compact() -> None:
     text = result._repr_html_()
     assert "slower" in text and "comm:exposed_transfer" in text and len(text) < 5000
     assert np.isclose(result.step["delta_pct"], 10.0)
+
+
+def test_after_side_takes_every_path_after_vs(capsys: pytest.CaptureFixture[str]) -> None:
+    ranks = sorted((AB / "tp2_decode_eager_c").glob("rank*.json.gz"))
+    assert main(["diff", *map(str, ranks), "--vs", *map(str, ranks), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert len(payload["before"]["traces"]) == len(payload["after"]["traces"]) == 2
+    assert payload["step"]["verdict"] == "same"
+
+
+def test_html_escapes_trace_strings() -> None:
+    from traceanalyzer.render.diff import render_diff_html
+
+    evil = '<script>alert("x")</script>'
+    page = render_diff_html(diff(stepped_trace(100, 20), stepped_trace(110, 30, gemm=evil)))
+    assert "<script" not in page and "&lt;script&gt;" in page

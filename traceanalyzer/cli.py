@@ -179,10 +179,48 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     click.echo(f"report written: {written}", err=True)
 
 
-@cli.command(short_help="Compare two runs: step change attributed, kernels, collectives, findings.")
+def _after_vs(args: list[str], command: click.Command) -> list[str]:
+    """``BEFORE... --vs AFTER...``: every path after ``--vs`` (up to ``--``) becomes one ``--vs`` value, so the
+    after side can be several files as the before side is; options after ``--vs`` keep their own values."""
+    valued = {name for p in command.params if isinstance(p, click.Option) and not p.is_flag
+              for name in (*p.opts, *p.secondary_opts)} - {"--vs"}
+    out: list[str] = []
+    in_vs, given, i = False, 0, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out += args[i:]
+            break
+        if arg == "--vs":
+            in_vs = True
+        elif arg.startswith("-") and arg != "-":
+            out.append(arg)
+            if arg in valued and i + 1 < len(args):
+                out.append(args[i + 1])
+                i += 1
+        elif in_vs:
+            out += ["--vs", arg]
+            given += 1
+        else:
+            out.append(arg)
+        i += 1
+    if in_vs and not given:
+        out.append("--vs")  # let click say that --vs needs a value
+    return out
+
+
+class _DiffCommand(click.Command):
+    """``diff``: the after side is every path following ``--vs``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _after_vs(args, self))
+
+
+@cli.command(cls=_DiffCommand,
+             short_help="Compare two runs: step change attributed, kernels, collectives, findings.")
 @click.argument("before", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--vs", "after", multiple=True, required=True, type=click.Path(path_type=Path), metavar="AFTER",
-              help="A trace file or directory of the after run (repeat for several files).")
+              help="The after run: every trace file or directory following --vs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff JSON (with its schema_version).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Also write the diff as a self-contained HTML file.")
@@ -210,20 +248,18 @@ def diff(ctx: click.Context, before: tuple[Path, ...], after: tuple[Path, ...], 
     """
     from .diff import diff as diff_fn
     from .progress import progress_bar
+    from .render.diff import check_output, print_diff, write_diff_html
 
+    if output is not None:
+        check_output(output)
     with progress_bar("loading") as progress:
         result = diff_fn(list(before), list(after), rules=rules, jobs=jobs, step_range=step_range,
                          layer_pattern=layer_pattern, progress=progress)
     if output is not None:
-        from .render.diff import render_diff_html
-        from .render.html import write_atomic
-
-        write_atomic(render_diff_html(result), output)
+        write_diff_html(result, output)
     if as_json:
         _emit_json(result.to_json())
     else:
-        from .render.diff import print_diff
-
         print_diff(result)
     if output is not None:
         click.echo(f"diff written: {output}", err=True)
