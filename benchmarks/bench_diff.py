@@ -1,5 +1,10 @@
-"""A diff costs no more than the two summaries: wall time of ``ta.diff(before, after)`` against
-``ta.summary(before)`` + ``ta.summary(after)``, best of ``--runs``, in one process (caches warm after run 1).
+"""A diff costs no more than the two summaries: ``ta.diff(before, after)`` against ``ta.summary(before)`` +
+``ta.summary(after)``, best of ``--runs`` (wall and CPU time, this process plus its helpers), interleaved round
+by round, in one process.
+
+``diff`` summarizes the two sides side by side when a second CPU is free (``loaders.beside``: not when the
+1-minute load average leaves no CPU; ``TRACEANALYZER_DECODE_PROCESSES=1`` never, ``=2`` always — the same setting
+also governs the Kineto loader's decode helper inside both timings).
 
     python benchmarks/bench_diff.py [--runs 3] [BEFORE AFTER]
 
@@ -11,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import traceanalyzer as ta
@@ -40,13 +47,15 @@ def _pairs() -> list[tuple[str, list[Path], list[Path]]]:
     return pairs
 
 
-def _best(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def _cost(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall s, CPU s of this process and its waited-for children) of one call."""
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    wall, used = time.perf_counter(), cpu()
+    fn()
+    return time.perf_counter() - wall, cpu() - used
 
 
 def main() -> None:
@@ -56,10 +65,16 @@ def main() -> None:
     args = parser.parse_args()
     pairs = [("given", [args.paths[0]], [args.paths[1]])] if len(args.paths) == 2 else _pairs()
     for name, before, after in pairs:
-        summaries = _best(lambda b=before, a=after: (ta.summary(b), ta.summary(a)), args.runs)
-        diffed = _best(lambda b=before, a=after: diff(b, a), args.runs)
-        print(json.dumps({"pair": name, "summary_before_plus_after_s": round(summaries, 3),
-                          "diff_s": round(diffed, 3), "ratio": round(diffed / summaries, 3)}))
+        both: list[tuple[float, float]] = []
+        diffed: list[tuple[float, float]] = []
+        for _ in range(args.runs):  # interleaved, so drift of the machine hits both alike
+            both.append(_cost(lambda b=before, a=after: (ta.summary(b), ta.summary(a))))
+            diffed.append(_cost(lambda b=before, a=after: diff(b, a)))
+        sw, sc = min(w for w, _ in both), min(c for _, c in both)
+        dw, dc = min(w for w, _ in diffed), min(c for _, c in diffed)
+        print(json.dumps({"pair": name, "summaries_wall_s": round(sw, 3), "diff_wall_s": round(dw, 3),
+                          "wall_ratio": round(dw / sw, 3), "summaries_cpu_s": round(sc, 3),
+                          "diff_cpu_s": round(dc, 3), "cpu_ratio": round(dc / sc, 3)}))
 
 
 if __name__ == "__main__":

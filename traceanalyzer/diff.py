@@ -8,8 +8,9 @@ those results, so it costs the two summaries plus a pass over each side's kernel
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ class DiffSide:
     world_size: int
     layers_per_step: int | None
     step_source: str
+    kernel_groups: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # per device-step, by name
+    collective_table: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # per device-step, by kind
 
     def to_json(self) -> dict[str, Any]:
         return {"traces": [t.path for t in self.summary.traces], "formats": sorted({t.format for t in
@@ -141,7 +144,9 @@ def _world_size(summary: Summary) -> int:
 
 
 def build_side(summary: Summary) -> DiffSide:
-    """The representative step of a summarized run and its components (see docs/DIFF.md)."""
+    """Everything the comparison needs from one summarized run: the representative step and its components, the
+    kernel groups and collectives per device-step (see docs/DIFF.md). The returned side's summary is a copy without
+    the devices' activity (the loaded trace), so the side is small and pickles."""
     from .analysis.device import exclusive_precedence
 
     order = list(exclusive_precedence())
@@ -157,21 +162,25 @@ def build_side(summary: Summary) -> DiffSide:
         spreads.append(MAD_TO_SIGMA * float(np.median(np.abs(durations - np.median(durations)))))
         parts.append(rows[component_columns(frame)].mean())
     world = _world_size(summary)
-    sources = sorted({d.step_source for d in summary.devices if d.steps})
+    sources = ", ".join(sorted({d.step_source for d in summary.devices if d.steps})) or "none"
+    groups = kernel_groups(summary.devices)
+    collectives = collective_table(summary.devices,
+                                   summary.cross_rank.per_collective if summary.cross_rank else None)
+    light = replace(summary, devices=[replace(d, activity=None) for d in summary.devices])
     if not parts:
-        return DiffSide(summary, None, 0, 0, {}, world, _layers_per_step(summary), ", ".join(sources) or "none")
+        return DiffSide(light, None, 0, 0, {}, world, _layers_per_step(summary), sources, groups, collectives)
     mean_parts = pd.concat(parts, axis=1).fillna(0.0).mean(axis=1)
     components = _round_parts({str(k): float(v) for k, v in mean_parts.items()})
-    return DiffSide(summary, sum(components.values()), round(max(spreads)), steps, components, world,
-                    _layers_per_step(summary), ", ".join(sources))
+    return DiffSide(light, sum(components.values()), round(max(spreads)), steps, components, world,
+                    _layers_per_step(summary), sources, groups, collectives)
 
 
 def _attribution(before: DiffSide, after: DiffSide) -> list[dict[str, Any]]:
     names = list(before.components) + [c for c in after.components if c not in before.components]
-    rows = [{"component": c, "before_ns": before.components.get(c, 0), "after_ns": after.components.get(c, 0)}
-            for c in names]
-    for row in rows:
-        row["delta_ns"] = row["after_ns"] - row["before_ns"]
+    rows: list[dict[str, Any]] = []
+    for c in names:
+        b, a = before.components.get(c, 0), after.components.get(c, 0)
+        rows.append({"component": c, "before_ns": b, "after_ns": a, "delta_ns": a - b})
     return rows
 
 
@@ -202,24 +211,27 @@ def _step(before: DiffSide, after: DiffSide, comparable: bool, min_noise_pct: fl
             "verdict": verdict if comparable else "not comparable"}
 
 
-def diff_summaries(before: Summary, after: Summary, *, min_noise_pct: float = MIN_NOISE_PCT) -> DiffResult:
-    """Compare two summaries (computed with their devices' activity, as :func:`traceanalyzer.summary` does)."""
-    side_b, side_a = build_side(before), build_side(after)
-    kernels = match_kernels(kernel_groups(before.devices), kernel_groups(after.devices))
+def compare(side_b: DiffSide, side_a: DiffSide, *, min_noise_pct: float = MIN_NOISE_PCT) -> DiffResult:
+    """The diff of two sides made by :func:`build_side`."""
+    before, after = side_b.summary, side_a.summary
+    kernels = match_kernels(side_b.kernel_groups, side_a.kernel_groups)
     overlap = kernel_overlap(kernels)
     reasons = _comparability(side_b, side_a, overlap)
-    collectives = compare_collectives(
-        collective_table(before.devices, before.cross_rank.per_collective if before.cross_rank else None),
-        collective_table(after.devices, after.cross_rank.per_collective if after.cross_rank else None))
     warnings = [f"before: {w}" for w in before.warnings] + [f"after: {w}" for w in after.warnings]
     models = [sorted({d.name for d in s.devices if d.name}) for s in (before, after)]
     if all(models) and models[0] != models[1]:
         warnings.insert(0, f"GPU models differ ({', '.join(models[0])} vs {', '.join(models[1])}): the diff "
                            "compares the hardware too")
     return DiffResult(before=side_b, after=side_a, step=_step(side_b, side_a, not reasons, min_noise_pct),
-                      attribution=_attribution(side_b, side_a), kernels=kernels, collectives=collectives,
+                      attribution=_attribution(side_b, side_a), kernels=kernels,
+                      collectives=compare_collectives(side_b.collective_table, side_a.collective_table),
                       findings=compare_findings(before.findings, after.findings), comparable=not reasons,
                       reasons=reasons, kernel_overlap=overlap, warnings=warnings)
+
+
+def diff_summaries(before: Summary, after: Summary, *, min_noise_pct: float = MIN_NOISE_PCT) -> DiffResult:
+    """Compare two summaries (computed with their devices' activity, as :func:`traceanalyzer.summary` does)."""
+    return compare(build_side(before), build_side(after), min_noise_pct=min_noise_pct)
 
 
 def _as_list(side: Any) -> list[Any]:
@@ -230,8 +242,25 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
          | Sequence[PathLike | Trace], *, min_noise_pct: float = MIN_NOISE_PCT, **options: Any) -> DiffResult:
     """``ta.diff(before, after)``: each side a trace file, a directory of rank traces, a list of them, loaded
     Traces, or a ready Summary; ``options`` are summary options (``rules``, ``step_range``, ``layer_pattern``,
-    ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.errors.BadInputError` naming the file."""
-    from .analysis.summary import summary as summarize_side
+    ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.errors.BadInputError` naming the file.
 
-    sides = [s if isinstance(s, Summary) else summarize_side(_as_list(s), **options) for s in (before, after)]
-    return diff_summaries(sides[0], sides[1], min_noise_pct=min_noise_pct)
+    The two sides are independent: where a second CPU is free, one is loaded and summarized in a forked helper
+    while this process does the other (``loaders.beside.share``; errors are those of a serial run).
+    """
+    from .analysis.summary import summary as summarize_side
+    from .loaders.beside import share
+
+    inputs = (before, after)
+    progress = options.pop("progress", None)
+    parent = os.getpid()
+
+    def side(i: int) -> DiffSide:
+        given = inputs[i]
+        if isinstance(given, Summary):
+            return build_side(given)
+        mine = {"progress": progress} if progress is not None and os.getpid() == parent else {}
+        return build_side(summarize_side(_as_list(given), **options, **mine))
+
+    needs_work = sum(not isinstance(x, Summary) for x in inputs)
+    side_b, side_a = share(2, side, min_items=2 if needs_work == 2 else 3)
+    return compare(side_b, side_a, min_noise_pct=min_noise_pct)

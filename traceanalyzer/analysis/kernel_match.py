@@ -20,6 +20,7 @@ What is left is listed as ``added`` or ``removed``. ``kernel_overlap`` is the sh
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,140 +48,114 @@ def role_key(name: str) -> str:
     return _SEPARATORS.sub("_", text).strip("_").lower()
 
 
+GROUP_COLUMNS = ["name", "bucket", "subbucket", "grid", "block", "count", "ns"]
+Group = dict[str, Any]
+
+
 def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
     """Per (normalized name, bucket, sub-bucket, grid, block): launches and time per device-step, counting the
-    kernels that start inside the devices' step windows."""
+    kernels that start inside the devices' step windows (columns ``GROUP_COLUMNS``)."""
     from ..classify.normalize import normalize_name
 
-    frames, steps = [], 0
+    totals: dict[tuple[Any, ...], list[float]] = {}
+    steps = 0
     for dev in devices:
         act = dev.activity
         if act is None or not len(dev.per_step) or not len(act.kernels):
             continue
         steps += len(dev.per_step)
-        k = act.kernels
-        win = iv.window_of(k["start_ns"], dev.per_step["start_ns"].to_numpy(np.int64),
-                           dev.per_step["end_ns"].to_numpy(np.int64))
-        inside = win >= 0
-        trace = act.trace
-        frame = pd.DataFrame({
-            "name_id": k["name_id"][inside],
-            "bucket": act.kernel_bucket[inside],
-            "subbucket": trace.names(k["subbucket_id"][inside]) if "subbucket_id" in k else None,
-            "grid": k["grid"][inside] if "grid" in k else -1, "block": k["block"][inside] if "block" in k else -1,
-            "dur": (k["end_ns"] - k["start_ns"])[inside]})
-        by = frame.groupby(["name_id", "bucket", "subbucket", "grid", "block"], dropna=False, sort=False)["dur"]
-        agg = by.agg(["size", "sum"]).reset_index()
-        agg["name"] = [normalize_name(n) for n in trace.names(agg["name_id"].to_numpy())]
-        frames.append(agg.drop(columns="name_id"))
-    if not frames:
-        return pd.DataFrame(columns=["name", "bucket", "subbucket", "grid", "block", "count", "ns"])
-    all_rows = pd.concat(frames, ignore_index=True)
-    grouped = all_rows.groupby(["name", "bucket", "subbucket", "grid", "block"], dropna=False, sort=False)
-    out = grouped[["size", "sum"]].sum().reset_index()
-    out["count"] = out["size"] / steps
-    out["ns"] = out["sum"] / steps
-    out["subbucket"] = out["subbucket"].fillna("").astype(str)
-    return out.drop(columns=["size", "sum"])
+        k, trace = act.kernels, act.trace
+        inside = iv.window_of(k["start_ns"], dev.per_step["start_ns"].to_numpy(np.int64),
+                              dev.per_step["end_ns"].to_numpy(np.int64)) >= 0
+        none = np.full(int(inside.sum()), -1, dtype=np.int64)
+        frame = pd.DataFrame({c: k[c][inside] if c in k else none
+                              for c in ("name_id", "bucket_id", "subbucket_id", "grid", "block")})
+        frame["dur"] = (k["end_ns"] - k["start_ns"])[inside]
+        agg = frame.groupby(["name_id", "bucket_id", "subbucket_id", "grid", "block"], sort=False)["dur"] \
+            .agg(["size", "sum"]).reset_index()
+        names = trace.names(agg["name_id"].to_numpy())
+        buckets = trace.names(agg["bucket_id"].to_numpy())
+        subs = trace.names(agg["subbucket_id"].to_numpy())
+        for row, name, bucket, sub in zip(agg.itertuples(index=False), names, buckets, subs, strict=True):
+            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), int(row.grid),
+                   int(row.block))
+            acc = totals.setdefault(key, [0.0, 0.0])
+            acc[0] += row.size
+            acc[1] += row.sum
+    rows = [(*key, n / steps, t / steps) for key, (n, t) in totals.items()]
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
-def _collapse(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Groups of ``frame`` by ``keys``: summed count and time; other columns from the largest member."""
-    grouped = frame.sort_values("ns", ascending=False, kind="stable").groupby(keys, dropna=False, sort=False)
-    out = grouped[["count", "ns"]].sum()
-    for column in ("name", "subbucket", "role", "grid", "block"):
-        if column not in keys and column in frame:
-            out[column] = grouped[column].first()
-    return out.reset_index()
+def _collapse(groups: list[Group], key: Callable[[Group], tuple[Any, ...]]) -> dict[tuple[Any, ...], Group]:
+    """Groups merged by ``key``: summed count and time, other fields from the largest member (members kept)."""
+    out: dict[tuple[Any, ...], Group] = {}
+    for g in sorted(groups, key=lambda g: -g["ns"]):
+        merged = out.get(key(g))
+        if merged is None:
+            out[key(g)] = {**g, "members": [g]}
+        else:
+            merged["count"] += g["count"]
+            merged["ns"] += g["ns"]
+            merged["members"].append(g)
+    return out
 
 
-def _rows(match: str, b: pd.DataFrame, a: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({"match": match, "bucket": b["bucket"].to_numpy(), "subbucket": b["subbucket"].to_numpy(),
-                         "before_name": b["name"].to_numpy(), "after_name": a["name"].to_numpy(),
-                         "before_count": b["count"].to_numpy(), "after_count": a["count"].to_numpy(),
-                         "before_ns": b["ns"].to_numpy(), "after_ns": a["ns"].to_numpy()})
+def _row(match: str, b: Group | None, a: Group | None) -> dict[str, Any]:
+    ref = b if b is not None else a
+    assert ref is not None
+    return {"match": match, "bucket": ref["bucket"], "subbucket": ref["subbucket"],
+            "before_name": b["name"] if b else None, "after_name": a["name"] if a else None,
+            "before_count": b["count"] if b else 0.0, "after_count": a["count"] if a else 0.0,
+            "before_ns": b["ns"] if b else 0.0, "after_ns": a["ns"] if a else 0.0}
 
 
-def _side_of(joined: pd.DataFrame, suffix: str) -> pd.DataFrame:
-    """One side's columns of a merged frame, suffix removed (keys kept as they are)."""
-    mine = {c: c[: -len(suffix)] for c in joined.columns if c.endswith(suffix)}
-    other = [c for c in joined.columns if c.endswith(("_a", "_b")) and c not in mine]
-    return joined.drop(columns=other).rename(columns=mine)
+def _pass(before: list[Group], after: list[Group], key: Callable[[Group], tuple[Any, ...]], match: str,
+          rows: list[dict[str, Any]]) -> tuple[list[Group], list[Group]]:
+    """Match groups with equal ``key`` (appending rows); returns the groups left on each side."""
+    b, a = _collapse(before, key), _collapse(after, key)
+    left_b: list[Group] = []
+    for k, group in b.items():
+        if k in a:
+            rows.append(_row(match, group, a[k]))
+        else:
+            left_b += group["members"]
+    return left_b, [g for k, group in a.items() if k not in b for g in group["members"]]
 
 
-def _pair(before: pd.DataFrame, after: pd.DataFrame, keys: list[str], match: str
-          ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Match groups with equal ``keys``; returns (matched rows, unmatched before, unmatched after)."""
-    b = _collapse(before, keys)
-    a = _collapse(after, keys)
-    joined = b.merge(a, on=keys, how="inner", suffixes=("_b", "_a"))
-    matched = _rows(match, _side_of(joined, "_b"), _side_of(joined, "_a"))
-    hit = pd.MultiIndex.from_frame(joined[keys])
-    left_b = before[~pd.MultiIndex.from_frame(before[keys]).isin(hit)]
-    left_a = after[~pd.MultiIndex.from_frame(after[keys]).isin(hit)]
-    return matched, left_b, left_a
+def _pair_by_count(before: list[Group], after: list[Group], rows: list[dict[str, Any]]) -> None:
+    """Pass 3: within a bucket and sub-bucket, pair role groups launched as often per step (largest first);
+    the rest are ``removed`` / ``added``."""
+    def role(g: Group) -> tuple[Any, ...]:
+        return g["role"], g["bucket"], g["subbucket"]
 
-
-def _pair_by_count(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataFrame, list[int], list[int]]:
-    """Pass 3: within a bucket and sub-bucket, pair role groups launched as often per step (largest first)."""
-    rows: list[dict[str, Any]] = []
-    used_b: list[int] = []
-    used_a: list[int] = []
-    for (bucket, sub), group_b in before.groupby(["bucket", "subbucket"], sort=False):
-        group_a = after[(after["bucket"] == bucket) & (after["subbucket"] == sub)]
-        free = list(group_a.sort_values("ns", ascending=False, kind="stable").index)
-        for i, row in group_b.sort_values("ns", ascending=False, kind="stable").iterrows():
-            for j in free:
-                other = group_a.loc[j]
-                if abs(other["count"] - row["count"]) <= COUNT_TOLERANCE * max(row["count"], other["count"]):
-                    rows.append({"match": "bucket", "bucket": bucket, "subbucket": sub, "before_name": row["name"],
-                                 "after_name": other["name"], "before_count": row["count"],
-                                 "after_count": other["count"], "before_ns": row["ns"], "after_ns": other["ns"]})
-                    used_b.append(i)
-                    used_a.append(j)
-                    free.remove(j)
-                    break
-    return pd.DataFrame(rows), used_b, used_a
+    free = list(_collapse(after, role).values())
+    for group in _collapse(before, role).values():
+        partner = next((g for g in free if (g["bucket"], g["subbucket"]) == (group["bucket"], group["subbucket"])
+                        and abs(g["count"] - group["count"]) <= COUNT_TOLERANCE * max(g["count"], group["count"])),
+                       None)
+        if partner is None:
+            rows.append(_row("removed", group, None))
+        else:
+            free.remove(partner)
+            rows.append(_row("bucket", group, partner))
+    rows += [_row("added", None, g) for g in free]
 
 
 def match_kernels(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     """The kernel table of ``diff`` (columns ``KERNEL_COLUMNS``), largest absolute change first."""
-    b, a = before.copy(), after.copy()
-    for side in (b, a):
-        side["role"] = [role_key(n) for n in side["name"]]
-    parts = []
-    matched, b, a = _pair(b, a, ["name", "bucket"], "name")
-    parts.append(matched)
-    b, a = _geometry_blind(b, a)
-    matched, b, a = _pair(b, a, ["role", "bucket", "subbucket", "grid", "block"], "role")
-    parts.append(matched)
-    b, a = _collapse(b, ["role", "bucket", "subbucket"]), _collapse(a, ["role", "bucket", "subbucket"])
-    by_count, used_b, used_a = _pair_by_count(b, a)
-    parts.append(by_count)
-    b, a = b.drop(index=used_b), a.drop(index=used_a)
-    parts += [_unmatched(b, "removed"), _unmatched(a, "added")]
-    parts = [p for p in parts if len(p)]
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS[:-1])
+    sides = [[{**g, "role": role_key(g["name"])} for g in frame.to_dict(orient="records")]
+             for frame in (before, after)]
+    b, a = sides
+    geometry = all(any(g["grid"] >= 0 and g["block"] >= 0 for g in side) for side in sides)
+    rows: list[dict[str, Any]] = []
+    b, a = _pass(b, a, lambda g: (g["name"], g["bucket"]), "name", rows)
+    b, a = _pass(b, a, lambda g: (g["role"], g["bucket"], g["subbucket"], g["grid"] if geometry else -1,
+                                  g["block"] if geometry else -1), "role", rows)
+    _pair_by_count(b, a, rows)
+    out = pd.DataFrame(rows, columns=KERNEL_COLUMNS[:-1])
     out["delta_ns"] = out["after_ns"].astype(float) - out["before_ns"].astype(float)
-    order = out["delta_ns"].abs().sort_values(ascending=False, kind="stable").index
-    return out.loc[order, KERNEL_COLUMNS].reset_index(drop=True)
-
-
-def _unmatched(groups: pd.DataFrame, match: str) -> pd.DataFrame:
-    """Rows for groups found on one side only (``removed``: before only, ``added``: after only)."""
-    groups = groups.reset_index(drop=True)
-    none = groups.assign(name=None, count=0.0, ns=0.0)
-    return _rows(match, groups, none) if match == "removed" else _rows(match, none, groups)
-
-
-def _geometry_blind(b: pd.DataFrame, a: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Launch geometry takes part in role matching only when both sides record it (nsys and Kineto both do, but
-    an older export may not): otherwise grid and block are set to -1 on both sides."""
-    known_b = bool(((b["grid"] >= 0) & (b["block"] >= 0)).any()) if len(b) else False
-    known_a = bool(((a["grid"] >= 0) & (a["block"] >= 0)).any()) if len(a) else False
-    if known_b and known_a:
-        return b, a
-    return b.assign(grid=-1, block=-1), a.assign(grid=-1, block=-1)
+    order = np.argsort(-out["delta_ns"].abs().to_numpy(), kind="stable")
+    return out.iloc[order].reset_index(drop=True)
 
 
 def kernel_overlap(kernels: pd.DataFrame) -> float | None:

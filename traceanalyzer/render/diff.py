@@ -62,13 +62,17 @@ def side_rows(result: DiffResult) -> list[tuple[str, str, str]]:
 
 def kernel_rows(result: DiffResult, limit: int = TOP_KERNELS) -> list[dict[str, Any]]:
     """The largest kernel changes (per device-step), with display names."""
-    rows = []
-    for r in result.kernels.head(limit).to_dict(orient="records"):
+    rows: list[dict[str, Any]] = []
+    for r in _records(result.kernels.head(limit)):
         same = r["before_name"] == r["after_name"]
         name = r["before_name"] if same else " → ".join(str(n) for n in (r["before_name"], r["after_name"])
                                                           if n is not None)
         rows.append({**r, "label": name})
     return rows
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
 
 
 # -- terminal -------------------------------------------------------------------------------------------------------
@@ -131,7 +135,7 @@ def collective_rows(result: DiffResult) -> list[dict[str, str]]:
         return "—" if v is None or v != v else f"{v / scale:.{digits}f}"
 
     out = []
-    for r in result.collectives.to_dict(orient="records"):
+    for r in _records(result.collectives):
         out.append({"kind": str(r["kind"]), "count": pair(r, "count", lambda v: num(v, 1, 1)),
                     "mb": pair(r, "bytes", lambda v: num(v, 1e6, 2)),
                     "time": pair(r, "duration_ns", lambda v: num(v, 1e6)),
