@@ -76,12 +76,12 @@ def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
         names = trace.names(agg["name_id"].to_numpy())
         buckets = trace.names(agg["bucket_id"].to_numpy())
         subs = trace.names(agg["subbucket_id"].to_numpy())
-        for row, name, bucket, sub in zip(agg.itertuples(index=False), names, buckets, subs, strict=True):
-            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), int(row.grid),
-                   int(row.block))
+        columns = [agg[c].to_numpy().tolist() for c in ("grid", "block", "size", "sum")]
+        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, *columns, strict=True):
+            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), int(grid), int(block))
             acc = totals.setdefault(key, [0.0, 0.0])
-            acc[0] += row.size
-            acc[1] += row.sum
+            acc[0] += size
+            acc[1] += total
     rows = [(*key, n / steps, t / steps) for key, (n, t) in totals.items()]
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
@@ -143,8 +143,8 @@ def _pair_by_count(before: list[Group], after: list[Group], rows: list[dict[str,
 
 def match_kernels(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     """The kernel table of ``diff`` (columns ``KERNEL_COLUMNS``), largest absolute change first."""
-    sides = [[{**g, "role": role_key(g["name"])} for g in frame.to_dict(orient="records")]
-             for frame in (before, after)]
+    sides: list[list[Group]] = [[{**{str(k): v for k, v in g.items()}, "role": role_key(str(g["name"]))}
+                                 for g in frame.to_dict(orient="records")] for frame in (before, after)]
     b, a = sides
     geometry = all(any(g["grid"] >= 0 and g["block"] >= 0 for g in side) for side in sides)
     rows: list[dict[str, Any]] = []
