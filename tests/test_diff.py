@@ -170,3 +170,18 @@ def test_html_escapes_trace_strings() -> None:
     evil = '<script>alert("x")</script>'
     page = render_diff_html(diff(stepped_trace(100, 20), stepped_trace(110, 30, gemm=evil)))
     assert "<script" not in page and "&lt;script&gt;" in page
+
+
+def test_findings_delta_statuses() -> None:
+    from traceanalyzer.analysis.kernel_match import compare_findings
+    from traceanalyzer.analysis.results import Finding
+
+    def f(fid: str, ns: int) -> Finding:
+        return Finding(fid, fid, ns, {})
+
+    rows = compare_findings([f("gone", 5), f("moved", 10), f("moved", 3), f("steady", 7)],
+                            [f("moved", 30), f("steady", 8), f("fresh", 2)], tolerance_ns=2)
+    status = {r["id"]: (r["status"], r["delta_impact_ns"]) for r in rows}
+    assert status == {"moved": ("changed", 20), "gone": ("resolved", -5), "fresh": ("new", 2),
+                      "steady": ("persists", 1)}
+    assert [r["id"] for r in rows] == ["moved", "gone", "fresh", "steady"]

@@ -222,10 +222,12 @@ def compare(side_b: DiffSide, side_a: DiffSide, *, min_noise_pct: float = MIN_NO
     if all(models) and models[0] != models[1]:
         warnings.insert(0, f"GPU models differ ({', '.join(models[0])} vs {', '.join(models[1])}): the diff "
                            "compares the hardware too")
-    return DiffResult(before=side_b, after=side_a, step=_step(side_b, side_a, not reasons, min_noise_pct),
-                      attribution=_attribution(side_b, side_a), kernels=kernels,
+    step = _step(side_b, side_a, not reasons, min_noise_pct)
+    return DiffResult(before=side_b, after=side_a, step=step, attribution=_attribution(side_b, side_a),
+                      kernels=kernels,
                       collectives=compare_collectives(side_b.collective_table, side_a.collective_table),
-                      findings=compare_findings(before.findings, after.findings), comparable=not reasons,
+                      findings=compare_findings(before.findings, after.findings, step["noise_ns"] or 0),
+                      comparable=not reasons,
                       reasons=reasons, kernel_overlap=overlap, warnings=warnings)
 
 

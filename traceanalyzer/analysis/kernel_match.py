@@ -210,9 +210,10 @@ def compare_collectives(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFra
     return out.loc[order].reset_index()
 
 
-def compare_findings(before: list[Finding], after: list[Finding]) -> list[dict[str, Any]]:
-    """Findings by id: ``resolved`` (before only), ``new`` (after only) or ``persists`` with both impacts (the
-    largest instance of the id on each side); largest absolute impact change first."""
+def compare_findings(before: list[Finding], after: list[Finding], tolerance_ns: int = 0) -> list[dict[str, Any]]:
+    """Findings by id, with both impacts (the largest instance of the id on each side): ``resolved`` (before
+    only), ``new`` (after only), ``changed`` (impact moved by more than ``tolerance_ns``, the step noise) or
+    ``persists``; largest absolute impact change first."""
     def largest(findings: list[Finding]) -> dict[str, Finding]:
         out: dict[str, Finding] = {}
         for f in findings:
@@ -227,7 +228,8 @@ def compare_findings(before: list[Finding], after: list[Finding]) -> list[dict[s
         fb, fa = b.get(fid), a.get(fid)
         ib = fb.impact_ns_per_step if fb else None
         ia = fa.impact_ns_per_step if fa else None
-        status = "persists" if fb and fa else "resolved" if fb else "new"
+        moved = abs((ia or 0) - (ib or 0)) > tolerance_ns
+        status = ("changed" if moved else "persists") if fb and fa else "resolved" if fb else "new"
         rows.append({"id": fid, "status": status, "title_before": fb.title if fb else None,
                      "title_after": fa.title if fa else None, "before_impact_ns": ib, "after_impact_ns": ia,
                      "delta_impact_ns": (ia or 0) - (ib or 0)})
