@@ -3,7 +3,7 @@
 #
 # The fixtures are real traces of `examples/moe_tp.py`, a 4-layer tensor-parallel MoE transformer on 2×H200
 # (see `fixtures/README.md`). This file is a notebook in `# %%` cell format (VS Code, Jupyter with jupytext,
-# or plain `python examples/notebook_tour.py`). It uses the library API: `ta.info`, `ta.load`, `trace.df`.
+# or plain `python examples/notebook_tour.py`). It uses the library API: `ta.info`, `ta.load`, `trace.df`, `ta.diff`.
 
 # %%
 from __future__ import annotations
@@ -114,3 +114,16 @@ print(nsys_trace.tool_version, [(d.device, d.rank, d.name) for d in nsys_trace.d
 print(nk.groupby(["rank", "device", "bucket"], observed=True).size().unstack(fill_value=0))
 nvtx = nsys_trace.df("ranges")
 print(nvtx[nvtx["name"].astype(str).str.fullmatch(r"layer_\d+")].groupby("name", observed=True).size())
+
+# %% [markdown]
+# ## Two runs compared: `ta.diff`
+#
+# The same eager decode with and without its all-reduces (`fixtures/kineto/ab`). The step change is split into
+# compute buckets, exposed communication (wait, transfer), memory copies and idle (host-bound, other); the parts
+# add up to the change exactly (`docs/DIFF.md`). In a notebook, `d` alone renders a compact HTML table.
+
+# %%
+d = ta.diff(FIXTURES / "kineto" / "ab" / "tp2_decode_eager_c", FIXTURES / "kineto" / "ab" / "tp2_decode_eager_c_nocomm")
+print(d.step)
+print(pd.DataFrame(d.attribution).set_index("component").div(1e6).round(3).to_string())
+print(d.kernels[["match", "bucket", "before_ns", "after_ns", "delta_ns"]].head(5).to_string(index=False))
