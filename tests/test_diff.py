@@ -185,3 +185,29 @@ def test_findings_delta_statuses() -> None:
     assert status == {"moved": ("changed", 20), "gone": ("resolved", -5), "fresh": ("new", 2),
                       "steady": ("persists", 1)}
     assert [r["id"] for r in rows] == ["moved", "gone", "fresh", "steady"]
+
+
+def two_rank_traces(wait: int) -> list:
+    """Rank 0 reaches each all-reduce ``wait`` ns before rank 1; both finish it together (transfer 20 ns)."""
+    traces = []
+    for rank, gemm_end in ((0, 40), (1, 40 + wait)):
+        kernels, ranges = [], []
+        for i in range(3):
+            s = i * 100
+            kernels += [(s, s + gemm_end, 0, 7, "gemm_kernel", "gemm", "cublas"),
+                        (s + gemm_end, s + 60 + wait, 0, 7, *AR),
+                        (s + 60 + wait, s + 95, 0, 7, "flash_fwd_kernel", "attention", "flash")]
+            ranges.append((s, s + 100, "gpu_user_annotation", f"ProfilerStep#{i}", 0))
+        traces.append(make_trace(kernels=kernels, ranges=ranges, rank=rank, pid=100 + rank,
+                                 path=f"rank{rank}.json"))
+    return traces
+
+
+def test_wait_and_transfer_split_across_ranks() -> None:
+    result = diff(two_rank_traces(10), two_rank_traces(0))
+    parts = components(result)
+    # before: rank 0 waits 10 ns of its 30 ns all-reduce, rank 1 none; the side is the mean of the two ranks
+    assert parts["comm:wait"] == (5, 0, -5)
+    assert parts["comm:exposed_transfer"] == (20, 20, 0)
+    assert parts["compute:gemm"] == (45, 40, -5) and parts["compute:attention"] == (25, 35, 10)
+    assert sum(d for _, _, d in parts.values()) == result.step["delta_ns"] == 0

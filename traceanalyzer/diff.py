@@ -151,8 +151,12 @@ def build_side(summary: Summary) -> DiffSide:
 
     order = list(exclusive_precedence())
     medians, spreads, parts, steps = [], [], [], 0
+    matched: set[int] = set()  # the cross-rank match used each rank's first device with collectives
     for dev in summary.devices:
-        frame = step_components(dev, summary.cross_rank, order)
+        mine = len(dev.collectives) > 0 and dev.rank not in matched
+        if mine:
+            matched.add(dev.rank)
+        frame = step_components(dev, summary.cross_rank if mine else None, order)
         if not len(frame):
             continue
         durations = frame["duration_ns"].to_numpy(np.int64)
