@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._version import __version__
 from .api import detect_format, info, load, load_many
 from .errors import BadInputError, ExitCode, TraceAnalyzerError
 from .trace import DeviceInfo, StringPool, Table, Trace
-
-__version__ = "0.1.0"
 
 
 def summary(traces_or_paths: Any, **options: Any) -> Any:

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from . import GZIP_MAGIC, ProgressFn
+from .detect import GZIP_MAGIC, ProgressFn
 
 READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each
 MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
