@@ -16,11 +16,11 @@ from .trace import DeviceInfo, StringPool, Table, Trace
 
 
 def summary(traces_or_paths: Any, **options: Any) -> Any:
-    """Summarize loaded Traces or trace files into a ``Summary`` (see ``traceanalyzer.analysis.summary.summary``).
+    """Summarize loaded Traces or trace files into a ``Summary`` (see ``traceanalyzer.pipeline.summary``).
 
     >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"], step_range=None)   # doctest: +SKIP
     """
-    from .analysis.summary import summary as _summary
+    from .pipeline import summary as _summary
 
     return _summary(traces_or_paths, **options)
 

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ._version import __version__
-from .api import DEFAULT_LAYER_PATTERN
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .buckets import BUCKETS
 from .errors import ExitCode, TraceAnalyzerError
 
@@ -118,7 +118,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
     from .progress import progress_bar
 
     if hta_compat:
-        from .analysis.hta_compat import hta_compat as hta_fn
+        from .pipeline import hta_compat as hta_fn
 
         ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
                                             ("--layer-pattern", layer_pattern != DEFAULT_LAYER_PATTERN)) if given]
@@ -134,7 +134,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 
             print_hta_compat(hta_result)
         return
-    from .api import summarize_paths
+    from .pipeline import summarize_paths
 
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,

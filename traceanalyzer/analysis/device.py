@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..api import DEFAULT_LAYER_PATTERN
 from ..buckets import EXCLUSIVE_PRECEDENCE
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
-from .layers import Layers, layer_table
+from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import step_windows
 

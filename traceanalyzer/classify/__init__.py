@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..buckets import BUCKETS, EXCLUSIVE_PRECEDENCE
 from ..errors import BadInputError
+from ..trace import Trace
 from .context import refine_with_context
 from .engine import FALLBACK_RULE, KernelClass, classify_one, classify_unique
 from .normalize import normalize_name
@@ -49,6 +50,11 @@ def read_names(path: Path | str) -> list[str]:
     return names
 
 
+def classified(trace: Trace, rules: Path | str | None = None) -> Trace:
+    """Kernel/memop bucket columns from the rules (user ``rules`` first), then the context pass."""
+    return refine_with_context(classify_trace(trace, rules=rules))
+
+
 def classify_names(names: list[str], rules: Path | str | None = None) -> list[KernelClass]:
     """Classify kernel names (user ``rules`` file checked before the defaults), in input order."""
     ruleset = rule_set(rules)
@@ -65,6 +71,7 @@ __all__ = [
     "KernelClass",
     "Rule",
     "RuleSet",
+    "classified",
     "classify_names",
     "classify_one",
     "classify_trace",
