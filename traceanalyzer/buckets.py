@@ -11,18 +11,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Bucket:
-    """One kernel bucket: its name, display colour and place in the exclusive split (0 claims first)."""
+    """One kernel bucket: its name, display colour, place in the exclusive split (0 claims first) and whether its
+    kernels are matrix multiplies."""
 
     name: str
     color: str
     precedence: int
+    gemm: bool = False
 
 
 #: In display order (tables, charts, legends); unknown buckets sort after these.
 BUCKET_TABLE: tuple[Bucket, ...] = (
-    Bucket("moe_fp4_gemm", "#7b3fb5", 0),
-    Bucket("moe_gemm", "#b07fe0", 1),
-    Bucket("gemm", "#2f6fbf", 2),
+    Bucket("moe_fp4_gemm", "#7b3fb5", 0, gemm=True),
+    Bucket("moe_gemm", "#b07fe0", 1, gemm=True),
+    Bucket("gemm", "#2f6fbf", 2, gemm=True),
     Bucket("attention", "#2a9d8f", 3),
     Bucket("communication", "#e4572e", 6),
     Bucket("memory", "#e9c46a", 5),
@@ -36,6 +38,9 @@ BUCKETS: tuple[str, ...] = tuple(b.name for b in BUCKET_TABLE)
 #: several buckets overlap, the earliest bucket here gets the time. Compute first; communication last,
 #: so that communication counts only when nothing else runs (its exclusive time = exposed comm).
 EXCLUSIVE_PRECEDENCE: tuple[str, ...] = tuple(b.name for b in sorted(BUCKET_TABLE, key=lambda b: b.precedence))
+
+#: The buckets of matrix multiplies (dense and MoE).
+GEMM_BUCKETS: tuple[str, ...] = tuple(b.name for b in BUCKET_TABLE if b.gemm)
 
 #: One colour per bucket, the same in every chart and in the terminal.
 BUCKET_COLORS: dict[str, str] = {b.name: b.color for b in BUCKET_TABLE}

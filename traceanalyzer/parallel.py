@@ -73,7 +73,8 @@ def _load_in_worker(path: str, rules: str | None, classify: bool,
 def _unwrap(result: tuple[str, Any], path: Path, pool: ProcessPoolExecutor) -> Trace:
     kind, payload = result
     if kind == "ok":
-        return payload  # type: ignore[no-any-return]
+        trace: Trace = payload
+        return trace
     pool.shutdown(wait=False, cancel_futures=True)
     if kind == "bad_input":
         name, where, problem, hint = payload

@@ -336,7 +336,7 @@ def split_events(data: bytearray | mmap.mmap, path: Path,
     return head, [*pieces, Batch(tail_text, document=True, events=tail.traceEvents)]
 
 
-def _try_decode(decoder: msgspec.json.Decoder, text: bytes | memoryview) -> Any:
+def _try_decode(decoder: msgspec.json.Decoder[Any], text: bytes | memoryview) -> Any:
     try:
         return decoder.decode(text)
     except (msgspec.ValidationError, msgspec.DecodeError):
