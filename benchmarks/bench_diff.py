@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import traceanalyzer as ta
-from traceanalyzer.diff import diff
+from traceanalyzer.diff_runs import diff
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from traceanalyzer.analysis.compare import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts
 from traceanalyzer.analysis.kernel_match import match_kernels, role_key
 from traceanalyzer.cli import main
-from traceanalyzer.diff import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts, diff
+from traceanalyzer.diff_runs import diff
 from traceanalyzer.testing.synth import make_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,3 +212,13 @@ def test_wait_and_transfer_split_across_ranks() -> None:
     assert parts["comm:exposed_transfer"] == (20, 20, 0)
     assert parts["compute:gemm"] == (45, 40, -5) and parts["compute:attention"] == (25, 35, 10)
     assert sum(d for _, _, d in parts.values()) == result.step["delta_ns"] == 0
+
+
+def test_ta_diff_stays_a_function_after_the_cli_is_imported() -> None:
+    import importlib
+
+    import traceanalyzer as ta
+
+    importlib.import_module("traceanalyzer.cli")
+    importlib.import_module("traceanalyzer.diff_runs")
+    assert callable(ta.diff) and ta.diff.__module__ == "traceanalyzer"

@@ -35,11 +35,11 @@ def report(paths: Any, **options: Any) -> Any:
 
 def diff(before: Any, after: Any, **options: Any) -> Any:
     """Compare two runs into a ``DiffResult``: each side a trace file, directory, list of them, Traces or a Summary
-    (see ``traceanalyzer.diff.diff``; method in docs/DIFF.md).
+    (see ``traceanalyzer.diff_runs.diff``; method in docs/DIFF.md).
 
     >>> d = ta.diff("before/", "after/"); d.step["verdict"], d.attribution   # doctest: +SKIP
     """
-    from .diff import diff as _diff
+    from .diff_runs import diff as _diff
 
     return _diff(before, after, **options)
 

@@ -246,7 +246,7 @@ def diff(ctx: click.Context, before: tuple[Path, ...], after: tuple[Path, ...], 
     Example:
       traceanalyzer diff before/ --vs after/ -o diff.html --fail-if-slower 5
     """
-    from .diff import diff as diff_fn
+    from .diff_runs import diff as diff_fn
     from .progress import progress_bar
     from .render.diff import check_output, print_diff, write_diff_html
 

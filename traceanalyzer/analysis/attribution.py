@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .activity import DeviceActivity
+from .activity import COMMUNICATION, DeviceActivity
 from .results import CrossRankSummary, DeviceSummary
 
 COMM_WAIT = "comm:wait"
@@ -82,7 +82,7 @@ def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: l
     out = pd.DataFrame({"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws})
     k = act.kernels
     claimed = iv.empty()
-    compute_buckets = [b for b in order if b != "communication"]
+    compute_buckets = [b for b in order if b != COMMUNICATION]
     present = sorted(set(act.kernel_bucket[~act.kernel_is_comm].tolist()) - set(compute_buckets))
     for bucket in [*compute_buckets, *present]:
         sel = (act.kernel_bucket == bucket) & ~act.kernel_is_comm

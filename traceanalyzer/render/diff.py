@@ -17,7 +17,7 @@ from .formatting import fmt_ns
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..diff import DiffResult, DiffSide
+    from ..analysis.compare import DiffResult, DiffSide
 
 TOP_KERNELS = 15  # kernel rows shown (terminal and page); the JSON has them all
 NAME_WIDTH = 70  # kernel name characters shown in the terminal
@@ -177,7 +177,7 @@ def waterfall_svg(result: DiffResult, width: int = 760, row: int = 22) -> Markup
 
 def render_diff_html(result: DiffResult, generated_at: datetime | None = None) -> str:
     """The diff page as text (templates/diff.html with the report's stylesheet inlined)."""
-    from .. import __version__
+    from .._version import __version__
     from .html import _asset, _environment
 
     template = _environment().get_template("diff.html")

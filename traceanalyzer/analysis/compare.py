@@ -1,24 +1,22 @@
-"""``diff``: two runs compared — step time, an attribution of its change that adds up, kernels matched by role,
-collectives, findings, and whether the runs are comparable at all. Method and limits: docs/DIFF.md.
+"""Two summarized runs compared — step time, an attribution of its change that adds up, kernels matched by role,
+collectives, findings, and whether the runs are comparable at all: the pure part of ``diff`` (docs/DIFF.md).
 
-Each side is summarized exactly as ``summary`` does (its steps, its cross-rank match); the diff then only reads
-those results, so it costs the two summaries plus a pass over each side's kernels.
+:func:`build_side` reduces one :class:`Summary` to what the comparison needs (small, picklable); :func:`compare`
+compares two sides. Both read only the summaries' results (steps, cross-rank match, activity): no loading.
 """
 
 from __future__ import annotations
 
 import html
-import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .analysis.attribution import component_columns, step_components
-from .analysis.kernel_match import (
+from ..buckets import EXCLUSIVE_PRECEDENCE
+from .attribution import component_columns, step_components
+from .kernel_match import (
     collective_table,
     compare_collectives,
     compare_findings,
@@ -26,10 +24,8 @@ from .analysis.kernel_match import (
     kernel_overlap,
     match_kernels,
 )
-from .analysis.results import Summary, _records
-from .trace import Trace
+from .results import Summary, _records
 
-PathLike = str | Path
 DIFF_SCHEMA_VERSION = "1.0"
 MIN_NOISE_PCT = 1.0  # noise floor never below this % of the before step (a trace against a near-copy of itself)
 MIN_KERNEL_OVERLAP = 0.5  # below this share of kernel time matched, the runs are different workloads
@@ -147,9 +143,7 @@ def build_side(summary: Summary) -> DiffSide:
     """Everything the comparison needs from one summarized run: the representative step and its components, the
     kernel groups and collectives per device-step (see docs/DIFF.md). The returned side's summary is a copy without
     the devices' activity (the loaded trace), so the side is small and pickles."""
-    from .analysis.device import exclusive_precedence
-
-    order = list(exclusive_precedence())
+    order = list(EXCLUSIVE_PRECEDENCE)
     medians, spreads, parts, steps = [], [], [], 0
     matched: set[int] = set()  # the cross-rank match used each rank's first device with collectives
     for dev in summary.devices:
@@ -238,35 +232,3 @@ def compare(side_b: DiffSide, side_a: DiffSide, *, min_noise_pct: float = MIN_NO
 def diff_summaries(before: Summary, after: Summary, *, min_noise_pct: float = MIN_NOISE_PCT) -> DiffResult:
     """Compare two summaries (computed with their devices' activity, as :func:`traceanalyzer.summary` does)."""
     return compare(build_side(before), build_side(after), min_noise_pct=min_noise_pct)
-
-
-def _as_list(side: Any) -> list[Any]:
-    return list(side) if isinstance(side, (list, tuple)) else [side]
-
-
-def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after: PathLike | Trace | Summary
-         | Sequence[PathLike | Trace], *, min_noise_pct: float = MIN_NOISE_PCT, **options: Any) -> DiffResult:
-    """``ta.diff(before, after)``: each side a trace file, a directory of rank traces, a list of them, loaded
-    Traces, or a ready Summary; ``options`` are summary options (``rules``, ``step_range``, ``layer_pattern``,
-    ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.errors.BadInputError` naming the file.
-
-    The two sides are independent: where a second CPU is free, one is loaded and summarized in a forked helper
-    while this process does the other (``loaders.beside.share``; errors are those of a serial run).
-    """
-    from .analysis.summary import summary as summarize_side
-    from .loaders.beside import share
-
-    inputs = (before, after)
-    progress = options.pop("progress", None)
-    parent = os.getpid()
-
-    def side(i: int) -> DiffSide:
-        given = inputs[i]
-        if isinstance(given, Summary):
-            return build_side(given)
-        mine = {"progress": progress} if progress is not None and os.getpid() == parent else {}
-        return build_side(summarize_side(_as_list(given), **options, **mine))
-
-    needs_work = sum(not isinstance(x, Summary) for x in inputs)
-    side_b, side_a = share(2, side, min_items=2 if needs_work == 2 else 3)
-    return compare(side_b, side_a, min_noise_pct=min_noise_pct)
