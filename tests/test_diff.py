@@ -222,3 +222,11 @@ def test_ta_diff_stays_a_function_after_the_cli_is_imported() -> None:
     importlib.import_module("traceanalyzer.cli")
     importlib.import_module("traceanalyzer.diff_runs")
     assert callable(ta.diff) and ta.diff.__module__ == "traceanalyzer"
+
+
+def test_a_run_without_steps_is_not_comparable() -> None:
+    flat = make_trace(kernels=[(0, 40, 0, 7, "gemm_kernel", "gemm", "cublas"), (50, 90, 0, 7, *AR)])
+    result = diff(flat, flat)
+    assert result.before.step_source == "none" and result.step["verdict"] == "not comparable"
+    assert any("whole trace counts as one step" in r for r in result.reasons)
+    assert sum(a["delta_ns"] for a in result.attribution) == result.step["delta_ns"] == 0

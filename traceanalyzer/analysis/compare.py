@@ -187,6 +187,8 @@ def _comparability(before: DiffSide, after: DiffSide, overlap: float | None) -> 
     for side, name in ((before, "before"), (after, "after")):
         if side.step_ns is None:
             reasons.append(f"no steps detected in the {name} run")
+        elif side.step_source == "none":
+            reasons.append(f"no steps detected in the {name} run: its whole trace counts as one step")
     if before.world_size != after.world_size:
         reasons.append(f"world size differs: {before.world_size} vs {after.world_size} ranks")
     if before.layers_per_step and after.layers_per_step and before.layers_per_step != after.layers_per_step:
