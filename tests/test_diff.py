@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceanalyzer.analysis.compare import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts
 from traceanalyzer.analysis.kernel_match import match_kernels, role_key
@@ -230,3 +232,33 @@ def test_a_run_without_steps_is_not_comparable() -> None:
     assert result.before.step_source == "none" and result.step["verdict"] == "not comparable"
     assert any("whole trace counts as one step" in r for r in result.reasons)
     assert sum(a["delta_ns"] for a in result.attribution) == result.step["delta_ns"] == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 900), st.integers(1, 120), st.sampled_from(["gemm", "attention", "other",
+                                                                                     "communication"]),
+                          st.sampled_from([7, 9]), st.integers(-200, 200)), min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(0, 950), st.integers(1, 60), st.sampled_from(["HtoD", "PtoP"])), max_size=5),
+       st.integers(1, 4))
+def test_step_components_always_add_up(kernels, memops, n_steps) -> None:
+    from traceanalyzer.analysis.attribution import component_columns, step_components
+    from traceanalyzer.buckets import EXCLUSIVE_PRECEDENCE
+    from traceanalyzer.pipeline import summarize
+
+    rows = [(s, s + d, 0, stream, *(AR if b == "communication" else (f"k_{b}", b, "")), i)
+            for i, (s, d, b, stream, _) in enumerate(kernels)]
+    api = [(max(s + lag, 0), max(s + lag, 0) + 1, i) for i, (s, _, _, _, lag) in enumerate(kernels)]
+    width = 1000 // n_steps
+    ranges = [(i * width, (i + 1) * width, "gpu_user_annotation", f"ProfilerStep#{i}", 0) for i in range(n_steps)]
+    trace = make_trace(kernels=rows, api_calls=api, ranges=ranges,
+                       memops=[(s, s + d, 0, 3, kind) for s, d, kind in memops])
+    summary = summarize([trace])
+    for dev in summary.devices:
+        frame = step_components(dev, summary.cross_rank, list(EXCLUSIVE_PRECEDENCE))
+        parts = frame[component_columns(frame)].to_numpy()
+        assert (parts >= 0).all()
+        assert (parts.sum(axis=1) == frame["duration_ns"].to_numpy()).all()
+        busy = frame[[c for c in component_columns(frame) if not c.startswith("idle:")]].sum(axis=1)
+        assert (busy.to_numpy() == dev.per_step["busy_ns"].to_numpy()).all()
+        exposed = frame["comm:wait"] + frame["comm:exposed_transfer"]
+        assert (exposed.to_numpy() == dev.per_step["comm_exposed_ns"].to_numpy()).all()
