@@ -262,3 +262,16 @@ def test_step_components_always_add_up(kernels, memops, n_steps) -> None:
         assert (busy.to_numpy() == dev.per_step["busy_ns"].to_numpy()).all()
         exposed = frame["comm:wait"] + frame["comm:exposed_transfer"]
         assert (exposed.to_numpy() == dev.per_step["comm_exposed_ns"].to_numpy()).all()
+
+
+def test_kernel_labels_name_one_kernel_or_a_rename() -> None:
+    from traceanalyzer.render.diff import kernel_rows
+
+    result = diff(stepped_trace(100, 20), stepped_trace(100, 20, gemm="nvjet_tst_128x256_64x4_2x1_v_bz_TNT"))
+    labels = {r["match"]: r["label"] for r in kernel_rows(result)}
+    assert labels["bucket"] == "sm90_xmma_gemm_bf16_128x256x64_tn → nvjet_tst_128x256_64x4_2x1_v_bz_TNT"
+    assert labels["name"] in {AR[0], "flash_fwd_kernel"}
+    gone = diff(stepped_trace(100, 20), make_trace(kernels=[(0, 50, 0, 7, "flash_fwd_kernel", "attention", "flash")],
+                                                   ranges=[(0, 100, "gpu_user_annotation", "ProfilerStep#0", 0)]))
+    removed = [r["label"] for r in kernel_rows(gone) if r["match"] == "removed"]
+    assert removed and all("nan" not in label and "→" not in label for label in removed)

@@ -64,10 +64,9 @@ def kernel_rows(result: DiffResult, limit: int = TOP_KERNELS) -> list[dict[str, 
     """The largest kernel changes (per device-step), with display names."""
     rows: list[dict[str, Any]] = []
     for r in _records(result.kernels.head(limit)):
-        same = r["before_name"] == r["after_name"]
-        name = r["before_name"] if same else " → ".join(str(n) for n in (r["before_name"], r["after_name"])
-                                                          if n is not None)
-        rows.append({**r, "label": name})
+        names = [str(n) for n in (r["before_name"], r["after_name"]) if isinstance(n, str)]
+        label = names[0] if len(set(names)) == 1 else " → ".join(names)
+        rows.append({**r, "label": label})
     return rows
 
 
