@@ -87,7 +87,7 @@ def print_diff(result: DiffResult, console: Console | None = None) -> None:
     for label, b, a in side_rows(result):
         sides.add_row(label, _text(b), _text(a))
     con.print(sides)
-    attribution = _table("Attribution of the step change (ms per step; the Δ column adds up to the step Δ)",
+    attribution = _table("Attribution (ms/step; Δ adds up to the step Δ)",
                          ["component", "before", "after", "Δ"], [False, True, True, True])
     for row in result.attribution:
         attribution.add_row(row["component"], _ms(row["before_ns"]), _ms(row["after_ns"]),
