@@ -275,3 +275,17 @@ def test_kernel_labels_name_one_kernel_or_a_rename() -> None:
                                                    ranges=[(0, 100, "gpu_user_annotation", "ProfilerStep#0", 0)]))
     removed = [r["label"] for r in kernel_rows(gone) if r["match"] == "removed"]
     assert removed and all("nan" not in label and "→" not in label for label in removed)
+
+
+def test_pass_three_needs_a_real_bucket_and_comparable_time() -> None:
+    def groups(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
+        return pd.DataFrame([(n, b, "x", -1, -1, c, t) for n, b, c, t in rows],
+                            columns=["name", "bucket", "subbucket", "grid", "block", "count", "ns"])
+
+    table = match_kernels(groups([("add", "other", 1.0, 1e9), ("gemm_a", "gemm", 4.0, 100.0),
+                                  ("gemm_b", "gemm", 2.0, 100.0)]),
+                          groups([("arange", "other", 1.0, 3e4), ("nvjet_a", "gemm", 4.0, 120.0),
+                                  ("nvjet_b", "gemm", 2.0, 10_000.0)]))
+    matched = table[table["match"] == "bucket"]
+    assert list(zip(matched["before_name"], matched["after_name"], strict=True)) == [("gemm_a", "nvjet_a")]
+    assert set(table.loc[table["match"] == "removed", "before_name"]) == {"add", "gemm_b"}

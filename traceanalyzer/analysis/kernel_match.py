@@ -9,9 +9,10 @@ the previous left:
    (``128x256x64``), digits and case folded away — plus bucket, sub-bucket and the launch geometry (grid and
    block, when the trace records them and both sides have them; otherwise not compared). A re-tiled GEMM
    (``…_128x128x64_…`` → ``…_256x128x64_…``) or a template change matches here.
-3. ``bucket``: within one bucket and sub-bucket, the remaining groups are paired greedily (largest time first)
-   when they launch as often per step (within ``COUNT_TOLERANCE``): a library upgrade that renames a GEMM
-   (cuBLAS ``sm90_xmma_gemm_…`` → ``nvjet_…``) keeps its role and its launches per step.
+3. ``bucket``: within one bucket and sub-bucket (not the catch-all ``other``), the remaining groups are paired
+   greedily (largest time first) when they launch as often per step (within ``COUNT_TOLERANCE``) and take
+   comparable time (within ``TIME_RATIO``): a library upgrade that renames a GEMM (cuBLAS ``sm90_xmma_gemm_…`` →
+   ``nvjet_…``) keeps its role, its launches per step and roughly its time.
 
 What is left is listed as ``added`` or ``removed``. ``kernel_overlap`` is the share of both sides' kernel time
 (per step) that found a partner: a low value means the two runs are different workloads.
@@ -30,6 +31,8 @@ from . import intervals as iv
 from .results import DeviceSummary, Finding
 
 COUNT_TOLERANCE = 0.10  # launches per step within ±10 % pair two renamed kernels of one bucket
+TIME_RATIO = 8.0  # ... and their times per step within this factor of each other
+CATCH_ALL = "other"  # the catch-all bucket: launch counts say nothing about identity there, no pass 3
 KERNEL_COLUMNS = ["match", "bucket", "subbucket", "before_name", "after_name", "before_count", "after_count",
                   "before_ns", "after_ns", "delta_ns"]
 _SHAPE = re.compile(r"\d+(?:x\d+)+")
@@ -128,11 +131,14 @@ def _pair_by_count(before: list[Group], after: list[Group], rows: list[dict[str,
     def role(g: Group) -> tuple[Any, ...]:
         return g["role"], g["bucket"], g["subbucket"]
 
+    def alike(g: Group, h: Group) -> bool:
+        return ((g["bucket"], g["subbucket"]) == (h["bucket"], h["subbucket"]) and g["bucket"] != CATCH_ALL
+                and abs(g["count"] - h["count"]) <= COUNT_TOLERANCE * max(g["count"], h["count"])
+                and max(g["ns"], h["ns"]) <= TIME_RATIO * min(g["ns"], h["ns"]))
+
     free = list(_collapse(after, role).values())
     for group in _collapse(before, role).values():
-        partner = next((g for g in free if (g["bucket"], g["subbucket"]) == (group["bucket"], group["subbucket"])
-                        and abs(g["count"] - group["count"]) <= COUNT_TOLERANCE * max(g["count"], group["count"])),
-                       None)
+        partner = next((g for g in free if alike(g, group)), None)
         if partner is None:
             rows.append(_row("removed", group, None))
         else:
