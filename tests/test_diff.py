@@ -289,3 +289,12 @@ def test_pass_three_needs_a_real_bucket_and_comparable_time() -> None:
     matched = table[table["match"] == "bucket"]
     assert list(zip(matched["before_name"], matched["after_name"], strict=True)) == [("gemm_a", "nvjet_a")]
     assert set(table.loc[table["match"] == "removed", "before_name"]) == {"add", "gemm_b"}
+
+
+def test_a_ready_summary_is_a_side_and_is_left_intact() -> None:
+    from traceanalyzer.pipeline import summarize
+
+    summary = summarize([stepped_trace(100, 20)])
+    result = diff(summary, stepped_trace(110, 30))
+    assert result.step["delta_ns"] == 10 and summary.devices[0].activity is not None
+    assert result.before.summary.devices[0].activity is None  # the side keeps no loaded trace
