@@ -28,7 +28,7 @@ from .activity import DeviceActivity, gather
 from .collectives import collective_instances
 from .layers import Layers, layer_table
 from .results import DeviceSummary
-from .steps import step_windows
+from .steps import StepStructure, find_steps
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions
@@ -135,6 +135,14 @@ def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | N
     return comm_streams, compute_streams, serialized, pct
 
 
+def _layers_per_step(table: pd.DataFrame) -> int:
+    """The typical number of layers in a step (median over steps holding any), 0 without layers."""
+    in_steps = table[table["step"] >= 0] if len(table) else table
+    if len(in_steps) == 0:
+        return 0
+    return int(np.median(in_steps.groupby("step").size().to_numpy()))
+
+
 def _median(values: pd.Series) -> int | None:
     return int(np.median(values.to_numpy())) if len(values) else None
 
@@ -156,7 +164,12 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     act = gather(trace, rank, device)
     step_range = getattr(options, "step_range", None)
     layer_pattern = getattr(options, "layer_pattern", DEFAULT_LAYER_PATTERN)
-    steps = step_windows(act, step_range) if steps is None else steps
+    if steps is None:
+        structure = find_steps(act, step_range)
+    else:
+        structure = StepStructure(steps, str(steps["source"].iloc[0]) if len(steps) else "none", "high",
+                                  {"method": "given"})
+    steps = structure.windows
     warnings: list[str] = []
     if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):
         warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
@@ -179,7 +192,8 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
         comm_exposed_per_step_ns=_median(per_step["comm_exposed_ns"]),
-        step_source=str(steps["source"].iloc[0]) if len(steps) else "none", layer_source=layers.source,
+        step_source=structure.source, layer_source=layers.source, step_confidence=structure.confidence,
+        step_evidence=structure.evidence, layers_per_step=_layers_per_step(layers.table),
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
         collectives=collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"])),

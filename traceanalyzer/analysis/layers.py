@@ -14,7 +14,9 @@ Sources, first that applies:
   step's segments after the first (a model with 2 all-reduces per layer gives ``p = 2``). Layer ``j`` of a step
   holds the kernels issued after layer ``j−1``'s last collective (from the step's first kernel for ``j = 0``) up
   to and including its own last collective; its GPU window is [first start, last end] of those kernels. The
-  tail after the last collective (e.g. the LM head) belongs to no layer.
+  tail after the last collective (e.g. the LM head) belongs to no layer. No layers when the collectives run
+  back to back without compute between them in more than 10% of the gaps (DDP gradient buckets), or when a step
+  holds fewer than two periods (one collective per step).
 * ``none``.
 
 Per layer: ``compute_ns`` = union of its non-communication kernels; ``comm_ns`` = union of its communication
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .activity import DeviceActivity
+from .activity import MEMORY, DeviceActivity
 from .steps import project_to_gpu, ranges_named
 
 LAYER_COLUMNS = ["step", "layer", "name", "start_ns", "end_ns", "duration_ns", "comm_ns", "comm_exposed_ns",
@@ -107,8 +109,10 @@ def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.nd
     return table, row
 
 
-def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, comm_step: np.ndarray) -> np.ndarray:
-    """Order-free hash of the compute kernels between collective i−1 and i (of the same step) on ``axis``."""
+def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, comm_step: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Order-free hash of the compute kernels between collective i−1 and i (of the same step) on ``axis``, and
+    how many kernels that are neither communication nor memory ran there."""
     k = act.kernels
     comm_at = axis[comm_rows]
     compute = np.flatnonzero(~act.kernel_is_comm & (axis >= 0))
@@ -121,7 +125,8 @@ def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, co
     h ^= h >> np.uint64(29)
     sig = np.zeros(len(comm_rows), dtype=np.uint64)
     np.add.at(sig, nxt, h)
-    return sig
+    computing = np.bincount(nxt[act.kernel_bucket[compute] != MEMORY], minlength=len(comm_rows))
+    return sig, computing
 
 
 def _period(sig: np.ndarray, local: np.ndarray, step_of: np.ndarray) -> int | None:
@@ -139,12 +144,17 @@ def _period(sig: np.ndarray, local: np.ndarray, step_of: np.ndarray) -> int | No
 
 
 def _order_axis(act: DeviceActivity) -> np.ndarray:
-    """Host launch times when ≥ 95% of kernels (and of collectives) link to their launch — the order the
-    program issued work, which stays regular when streams interleave on the GPU — else GPU start times."""
+    """The order the program issued work, when ≥ 95% of kernels (and of collectives) link to their launch: the
+    rank of each kernel by (host launch time, GPU start) — kernels of one CUDA-graph launch share a launch time
+    and keep their GPU order — which stays regular when streams interleave on the GPU; else GPU start times.
+    Unlinked kernels get -1."""
     linked = act.launch_ns >= 0
     comm_linked = linked[act.kernel_is_comm]
     if len(comm_linked) and comm_linked.mean() >= 0.95 and linked.mean() >= 0.95:
-        return act.launch_ns
+        order = np.lexsort((act.kernels["start_ns"], act.launch_ns))
+        axis = np.empty(len(order), dtype=np.int64)
+        axis[order] = np.arange(len(order))
+        return np.where(linked, axis, -1)
     return act.kernels["start_ns"]
 
 
@@ -161,9 +171,15 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     first_of_step = np.r_[True, comm_step[1:] != comm_step[:-1]]
     group_start = np.flatnonzero(first_of_step)
     local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.r_[group_start, len(comm_rows)]))
-    p = _period(_signatures(act, axis, comm_rows, comm_step), local, comm_step)
+    sig, computing = _signatures(act, axis, comm_rows, comm_step)
+    if (local >= 1).any() and np.mean(computing[local >= 1] > 0) < MIN_SIGNATURE_MATCH:
+        return None  # collectives back to back (DDP gradient buckets), not layers of compute and collectives
+    p = _period(sig, local, comm_step)
     if p is None:
         return None
+    per_step = np.bincount(comm_step) // p
+    if np.median(per_step[per_step > 0]) < 2:
+        return None  # one layer's worth of collectives per step: no repeating layer
     layer = local // p
     last_of_layer = np.r_[(layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), True]
     idx_last = np.flatnonzero(last_of_layer)
