@@ -98,7 +98,7 @@ def from_idle_gaps(act: DeviceActivity) -> Detected | None:
         return None
     gaps = us[1:] - ue[:-1]  # gap i lies before union interval i + 1
     total_busy = float(iv.lengths_sum(act.busy))
-    interval_of = np.searchsorted(us, k["start_ns"], side="right") - 1
+    interval_of = np.maximum(np.searchsorted(us, k["start_ns"], side="right") - 1, 0)  # 0-length kernels too
     kernels_before = np.r_[0, np.cumsum(np.bincount(interval_of, minlength=len(us)))]
     # device busy time (kernels and copies) up to the start of each kernel-union interval, and to its end
     busy_to_start = iv.cumulative(act.busy, us)
