@@ -20,6 +20,7 @@ from ..api import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from ..trace import Trace
 from .device import analyze_device
 from .results import CrossRankSummary, DeviceSummary, Summary, TraceMeta, WhatIf
+from .runs import group_runs, run_warnings
 
 PathLike = str | Path
 
@@ -121,15 +122,25 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     metas = [trace_meta(t) for t in trace_list]
     devices = [analyze_device(t, rank, device, options=opts)
                for t in trace_list for rank, device in device_pairs(t)]
+    runs = group_runs(trace_list, devices)
+    primary = set(runs[0].paths) if runs else set()
+    run_traces = [t for t in trace_list if str(t.path) in primary]
+    run_devices = [d for d in devices if d.trace in primary]
     cross_fn = _optional("analysis.cross_rank", "analyze_cross_rank")
-    cross: CrossRankSummary | None = cross_fn(trace_list, devices) if cross_fn else None
+    cross: CrossRankSummary | None = cross_fn(run_traces, run_devices) if cross_fn else None
+    if cross is not None and runs:
+        cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
+                            "world_size": runs[0].world_size})
     what_if_fn = _optional("analysis.what_if", "estimate_comm_free")
-    what_if = what_if_fn(trace_list, devices, cross) if what_if_fn else \
+    what_if = what_if_fn(run_traces, run_devices, cross) if what_if_fn else \
         WhatIf(None, "gpu_transfer", {"reason": "not computed"})
+    if runs and runs[0].ranks_missing and len(runs[0].ranks) > 1:
+        what_if.details.update({"partial": True, "ranks_missing": runs[0].ranks_missing})
     warnings = [_named(t.path, w) for t in trace_list for w in t.warnings]
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
+    warnings += run_warnings(runs)
     result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
-                     gpu_metrics=_gpu_metrics(trace_list))
+                     gpu_metrics=_gpu_metrics(trace_list), extra={"runs": [r.to_json() for r in runs]})
     if opts.gpu_log is not None:
         result.power = _power(trace_list, devices, opts.gpu_log)
     findings_fn = _optional("findings", "run_findings") if opts.findings else None
