@@ -174,7 +174,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     step_range = getattr(options, "step_range", None)
     layer_pattern = getattr(options, "layer_pattern", DEFAULT_LAYER_PATTERN)
     if steps is None:
-        structure = find_steps(act, step_range)
+        structure = find_steps(act, step_range, layer_pattern)
     else:
         structure = StepStructure(steps, str(steps["source"].iloc[0]) if len(steps) else "none", "high",
                                   {"method": "given"})

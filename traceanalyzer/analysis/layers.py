@@ -2,7 +2,8 @@
 
 Sources, first that applies:
 
-* ``nvtx:<pattern>``: NVTX / user-annotation ranges whose name matches the regex (default ``layer_?\\d+``). A
+* ``nvtx:<pattern>``: NVTX / user-annotation ranges whose name matches the regex (default: a whole name that is a
+  layer name and number, ``layer_3``, ``layers.3``, ``model.layers.3``; reported as ``nvtx:layer ranges``). A
   kernel belongs to the innermost such CPU range open when its launching API call started (GPU-side
   ``gpu_user_annotation`` ranges, used only when no CPU range matches: open when the kernel started); the
   layer's GPU window is the projection of the range (first start to last end of its kernels). Ranges that
@@ -17,6 +18,11 @@ Sources, first that applies:
   tail after the last collective (e.g. the LM head) belongs to no layer. No layers when the collectives run
   back to back without compute between them in more than 10% of the gaps (DDP gradient buckets), or when a step
   holds fewer than two periods (one collective per step).
+* ``kernel_period`` (devices without communication kernels): identical layers with no collective and no name —
+  the smallest block of kernel names (≥ 3 kernels, ≥ 3 distinct names) repeated back to back ≥ 3 times and
+  covering ≥ 40 % of the median step's kernels (:func:`repeat_unit`); each step is cut into the blocks of its own
+  longest repeating stretch. Kernels before and after that stretch (embedding, LM head, optimizer) belong to no
+  layer.
 * ``none``.
 
 Per layer: ``compute_ns`` = union of its non-communication kernels; ``comm_ns`` = union of its communication
@@ -42,6 +48,11 @@ from .steps import project_to_gpu, ranges_named
 LAYER_COLUMNS = ["step", "layer", "name", "start_ns", "end_ns", "duration_ns", "comm_ns", "comm_exposed_ns",
                  "compute_ns"]
 MAX_COLLECTIVES_PER_LAYER = 16
+MIN_LAYER_KERNELS = 3  # kernel_period: a layer is a block of at least 3 kernels
+MIN_LAYER_NAMES = 3  # with at least 3 distinct kernel names (one GEMM repeated is a benchmark, not a layer)
+MIN_LAYER_REPEATS = 3  # repeated back to back at least 3 times
+MIN_LAYER_COVERAGE = 0.4  # covering at least 40% of the step's kernels
+MAX_LAYER_PERIOD = 2048  # longest block tried (kernels)
 MIN_SIGNATURE_MATCH = 0.9
 _DIGITS = re.compile(r"(\d+)(?!.*\d)")
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -232,6 +243,80 @@ def _per_layer_numbers(act: DeviceActivity, table: pd.DataFrame, row: np.ndarray
     return out
 
 
+def _longest_repeat(names: np.ndarray, period: int) -> tuple[int, int]:
+    """``(start, repeats)`` of the longest stretch of ``names`` made of one block of ``period`` names repeated."""
+    same = names[:-period] == names[period:]
+    if not same.any():
+        return 0, 1
+    edges = np.diff(np.r_[0, same.astype(np.int8), 0])
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    longest = int(np.argmax(stops - starts))
+    return int(starts[longest]), int((stops[longest] - starts[longest]) // period + 1)
+
+
+def repeat_unit(names: np.ndarray) -> int | None:
+    """The layer period (in kernels) of a step's kernel-name sequence: the smallest block of at least
+    ``MIN_LAYER_KERNELS`` kernels and ``MIN_LAYER_NAMES`` distinct names repeated back to back at least
+    ``MIN_LAYER_REPEATS`` times, among the periods whose repeats cover within 10 % of the best coverage, which must
+    be at least ``MIN_LAYER_COVERAGE`` of the step. None when nothing repeats that way."""
+    n = len(names)
+    found: list[tuple[int, int]] = []  # (period, kernels covered)
+    for period in range(MIN_LAYER_KERNELS, min(n // MIN_LAYER_REPEATS, MAX_LAYER_PERIOD) + 1):
+        start, repeats = _longest_repeat(names, period)
+        if repeats >= MIN_LAYER_REPEATS and len(np.unique(names[start:start + period])) >= MIN_LAYER_NAMES:
+            found.append((period, repeats * period))
+    if not found:
+        return None
+    best = max(cover for _, cover in found)
+    if best < MIN_LAYER_COVERAGE * n:
+        return None
+    return min(period for period, cover in found if cover >= 0.9 * best)
+
+
+def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """Layers as repeats of one block of kernels inside each step (identical layers without collectives or
+    names): the period comes from the step with the median kernel count, and every step is cut into the blocks
+    of its own longest repeating stretch of that period."""
+    k = act.kernels
+    axis = _order_axis(act)
+    ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    kernel_step = iv.window_of(k["start_ns"], ws, we)
+    usable = (kernel_step >= 0) & (axis >= 0)
+    rows = np.flatnonzero(usable)
+    rows = rows[np.lexsort((axis[rows], kernel_step[rows]))]
+    bounds = np.searchsorted(kernel_step[rows], np.arange(len(ws) + 1))
+    sizes = np.diff(bounds)
+    if not (sizes > 0).any():
+        return None
+    typical = int(np.argsort(sizes)[len(sizes) // 2])
+    names = k["name_id"].astype(np.int64)
+    period = repeat_unit(names[rows[bounds[typical]:bounds[typical + 1]]])
+    if period is None:
+        return None
+    row = np.full(len(k), -1, dtype=np.int64)
+    layer_step, layer_num, g_start, g_end = [], [], [], []
+    for i in range(len(ws)):
+        seq = rows[bounds[i]:bounds[i + 1]]
+        if len(seq) < MIN_LAYER_REPEATS * period:
+            continue
+        start, repeats = _longest_repeat(names[seq], period)
+        if repeats < MIN_LAYER_REPEATS:
+            continue
+        for j in range(repeats):
+            block = seq[start + j * period:start + (j + 1) * period]
+            row[block] = len(layer_num)
+            layer_step.append(i)
+            layer_num.append(j)
+            g_start.append(int(k["start_ns"][block].min()))
+            g_end.append(int(k["end_ns"][block].max()))
+    if not layer_num:
+        return None
+    table = pd.DataFrame({"layer": np.asarray(layer_num, dtype=np.int64),
+                          "name": [f"layer_{j}" for j in layer_num],
+                          "start_ns": np.asarray(g_start, dtype=np.int64), "end_ns": np.asarray(g_end, dtype=np.int64)})
+    return table, row
+
+
 def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | None) -> Layers:
     """Layers of the device (see the module doc); ``layer_pattern`` None skips the range source."""
     if len(act.kernels) == 0:
@@ -239,10 +324,13 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
     found, source = None, "none"
     if layer_pattern:
         found = _from_ranges(act, layer_pattern)
-        source = f"nvtx:{layer_pattern}"
+        source = "nvtx:layer ranges" if layer_pattern == DEFAULT_LAYER_PATTERN else f"nvtx:{layer_pattern}"
     if found is None:
         found = _from_collective_period(act, steps)
         source = "collective_period"
+    if found is None and not act.kernel_is_comm.any():
+        found = _from_kernel_period(act, steps)
+        source = "kernel_period"
     if found is None:
         return _empty(act)
     table, row = found

@@ -6,12 +6,14 @@ device's busy time, copies included (``MIN_COVERAGE``): a unit that covers a sli
 between long weight copies (layer-by-layer offloading), is no step.
 
 * ``idle_gaps``: the device's kernel timeline (union over streams) is cut at every idle gap of at least ``T``.
-  Thresholds are tried from the largest gap down; the pieces between cuts are step candidates. Serving loops
+  Thresholds are tried from the largest gap down; the pieces between cuts are step candidates. A step runs from
+  its first kernel to the next step's first kernel, so the gap before the next pass is part of its time. Serving loops
   (a scheduler between forward passes) and training loops with a host-side sync show up here. Its strength is
   the *separation*: the shortest cut gap over the longest gap left inside a regular step.
 * ``kernel_period``: a kernel name that recurs at a regular spacing of the busiest stream's sequence (the old
   "anchor"); each period is cut at the phase of the largest median gap. This finds GPU-bound loops whose steps
-  touch without an idle gap.
+  touch without an idle gap. It does not count when the whole sequence repeats at a finer lag (a fraction of the
+  spacing) almost everywhere: then the anchor only marks every m-th unit of a uniform repetition (layers).
 
 Of the candidates that qualify, the one holding the most busy time wins, and among those within 10 % of it the
 one with the *largest* step (the outermost repeating unit: a forward pass of N identical layers, not a layer).
@@ -30,6 +32,8 @@ from . import intervals as iv
 from .activity import DeviceActivity
 
 MIN_STEPS = 3  # regular pieces a candidate needs
+MIN_STEP_KERNELS = 4  # kernels in a typical step (a pair of kernels repeated by a benchmark is no step)
+UNIFORM_MATCH = 0.95  # a kernel sequence this periodic at a finer lag is a uniform repetition (layers), no steps
 MIN_COVERAGE = 0.5  # share of the device's busy time (kernels and copies) its regular steps must hold
 REGULAR_TOLERANCE = 0.1  # a step's kernel count within ±10 % of the typical count
 MIN_REGULAR_SHARE = 0.6  # of a candidate's pieces (warm-up and tail pieces are the rest)
@@ -113,7 +117,7 @@ def from_idle_gaps(act: DeviceActivity) -> Detected | None:
         last = np.r_[cut_after, len(us)]  # exclusive
         counts = kernels_before[last] - kernels_before[first]
         ok, typical = _regular(counts)
-        if ok.sum() < MIN_STEPS or typical < 2 or ok.mean() < MIN_REGULAR_SHARE:
+        if ok.sum() < MIN_STEPS or typical < MIN_STEP_KERNELS or ok.mean() < MIN_REGULAR_SHARE:
             continue
         coverage = float((busy_to_end[last[ok] - 1] - busy_to_start[first[ok]]).sum()) / total_busy
         if coverage < MIN_COVERAGE:
@@ -124,7 +128,12 @@ def from_idle_gaps(act: DeviceActivity) -> Detected | None:
         longest_inside = float(gaps[inside].max()) if inside.any() else 0.0
         shortest_cut = float(gaps[order[rank - 1]])
         separation = shortest_cut / longest_inside if longest_inside > 0 else float("inf")
-        candidates.append(Detected("idle_gaps", us[first[ok]], ue[last[ok] - 1], typical, coverage,
+        # a step runs from its first kernel to the next step's first kernel (the idle gap before the next pass is
+        # part of this step's time, as a user timing the loop sees it); the last one to its own last kernel
+        start = us[first[ok]]
+        follows = np.r_[ok[1:] & ok[:-1], False][ok]  # the next piece is a step too
+        end = np.where(follows, np.r_[start[1:], 0], ue[last[ok] - 1])
+        candidates.append(Detected("idle_gaps", start, end, typical, coverage,
                                    float(ok.mean()), separation, {"cut_gap_min_ns": int(shortest_cut)}))
     return _pick(candidates) if candidates else None
 
@@ -187,6 +196,20 @@ def _cut_positions(anchors: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, in
     return cuts, period
 
 
+def _finer_uniform_lag(names: np.ndarray, period: int) -> int | None:
+    """A lag ``period / m`` (m = 2…8) at which the whole sequence repeats itself almost everywhere (≥ 95 % of
+    positions), or None. A sequence that uniform is one unit repeated from start to end (layers, or a benchmark
+    loop); a kernel recurring every ``m`` units marks no step boundary there. A real step breaks the finer
+    repetition where it starts (embedding, LM head, optimizer)."""
+    for m in range(2, 9):
+        lag = round(period / m)
+        if lag < 1 or lag >= len(names):
+            break
+        if np.mean(names[:-lag] == names[lag:]) >= UNIFORM_MATCH:
+            return lag
+    return None
+
+
 def from_kernel_period(act: DeviceActivity) -> Detected | None:
     """Steps from a kernel that recurs at a regular spacing of the busiest stream (see the module doc)."""
     idx = _dominant_stream_sequence(act)
@@ -194,6 +217,9 @@ def from_kernel_period(act: DeviceActivity) -> Detected | None:
     names = k["name_id"][idx].astype(np.int64)
     anchors = _anchor_positions(names)
     if anchors is None:
+        return None
+    spacing = int(np.median(np.diff(anchors)))
+    if spacing < MIN_STEP_KERNELS or _finer_uniform_lag(names, spacing) is not None:
         return None
     starts, ends = k["start_ns"][idx], k["end_ns"][idx]
     gap = np.r_[0, starts[1:] - ends[:-1]]

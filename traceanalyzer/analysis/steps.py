@@ -9,11 +9,13 @@ Sources, first that applies:
 3. A well-known step range (``WELL_KNOWN_STEP``: ``step``, ``train_step``, ``iteration``, ``decode_step``,
    ``step_12``…; the outermost family when several match), projected to the GPU as in 1. nsys exports hold the
    whole run, warm-up included, so a range the program put around its timed steps is better than detection.
-4. Detected from the GPU timeline alone (:mod:`.step_detect`): idle gaps that recur at a regular kernel count
+4. ``nvtx:layer_cycle``: numbered layer ranges (the layer pattern) whose numbering starts over mark forward
+   passes; each pass is a step (see :func:`_layer_cycle_steps`).
+5. Detected from the GPU timeline alone (:mod:`.step_detect`): idle gaps that recur at a regular kernel count
    (``idle_gaps``), or a kernel that recurs once per step (``kernel_period``); the candidate holding the most
    kernel time wins, and among near ties the largest (outermost) unit. Irregular pieces (warm-up, partial steps)
    belong to no step.
-5. ``none``: one window covering the whole span (per-step numbers are then whole-window numbers).
+6. ``none``: one window covering the whole span (per-step numbers are then whole-window numbers).
 
 **GPU projection** of a CPU range ``[a, b)``: the kernels and memory operations whose launching API call (joined
 on correlation id, same process, same thread when the range has one) starts in ``[a, b)``; the projected window
@@ -36,6 +38,7 @@ from . import step_detect
 from .activity import DeviceActivity
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
+WARMUP_FACTOR = 3.0  # a forward pass this many times longer than the typical one is warm-up
 _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
 #: NVTX / record_function names taken as steps when there is no ProfilerStep and no ``--step-range``:
 #: step, iteration, iter, optionally prefixed train/training/eval/decode/prefill and suffixed by a step number
@@ -205,7 +208,50 @@ class StepStructure:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def find_steps(act: DeviceActivity, step_range: str | None = None) -> StepStructure:
+def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+    """Steps from numbered layer ranges (``layer_0`` … ``layer_7``, then ``layer_0`` again): a new forward pass
+    starts where the numbering starts over. A step runs from the GPU start of its first layer's work to the next
+    pass's; pieces whose kernel count is more than 10% off the typical pass (warm-up) belong to no step. Steps keep
+    their pass index, which is the same on every rank of one program. A pass lasting more than ``WARMUP_FACTOR``
+    times the typical one is warm-up, not a step."""
+    ranges = ranges_named(act, pattern=re.compile(layer_pattern), kinds=("nvtx", "user_annotation"))
+    ranges = ranges[ranges["device"] < 0]
+    if len(ranges) < 4:
+        return None
+    digits = ranges["name"].astype(str).str.extract(r"(\d+)(?!.*\d)", expand=False)
+    ranges = ranges[digits.notna()].assign(number=digits[digits.notna()].astype(np.int64))
+    gs, ge, ok = project_to_gpu(act, ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy(),
+                                ranges["pid"].to_numpy(), ranges["tid"].to_numpy())
+    number = ranges["number"].to_numpy()
+    cycle = np.cumsum(np.r_[True, number[1:] <= number[:-1]]) - 1
+    if np.median(np.bincount(cycle)) < 2:
+        return None  # numbers that do not count up through a pass are not layers of a forward pass
+    gs, ge, cycle = gs[ok], ge[ok], cycle[ok]
+    if len(np.unique(cycle)) < 2:
+        return None
+    ids = np.unique(cycle)
+    first = np.full(len(ids), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.zeros(len(ids), dtype=np.int64)
+    pos = np.searchsorted(ids, cycle)
+    np.minimum.at(first, pos, gs)
+    np.maximum.at(last, pos, ge)
+    order = np.argsort(first, kind="stable")
+    ids, first, last = ids[order], first[order], last[order]
+    end = np.r_[first[1:], last[-1]]
+    counts = np.diff(np.searchsorted(act.kernels["start_ns"], np.c_[first, end].ravel())).reshape(-1)[::2]
+    typical = float(np.median(counts))
+    regular = np.abs(counts - typical) <= max(1.0, 0.1 * typical)
+    # a pass that took more than 3× the typical time for the same work is warm-up (autotuning, lazy init)
+    regular &= (end - first) <= WARMUP_FACTOR * np.median((end - first)[regular]) if regular.any() else regular
+    if regular.sum() < 2:
+        return None
+    evidence = {"method": "layer_cycle", "passes": len(ids), "steps": int(regular.sum()),
+                "kernels_per_step": int(typical), "regular_pct": round(100 * float(regular.mean()), 1)}
+    return _frame(ids[regular], first[regular], end[regular], "nvtx:layer_cycle"), evidence
+
+
+def find_steps(act: DeviceActivity, step_range: str | None = None,
+               layer_pattern: str | None = None) -> StepStructure:
     """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order, with their
     evidence. Without steps the one window is the whole span and the source is ``none``."""
     found: pd.DataFrame | None = None
@@ -216,6 +262,10 @@ def find_steps(act: DeviceActivity, step_range: str | None = None) -> StepStruct
         found = _profiler_steps(act)
     if found is None and not step_range:
         found = _well_known_steps(act)
+    if found is None and layer_pattern:
+        cycles = _layer_cycle_steps(act, layer_pattern)
+        if cycles is not None:
+            found, evidence = cycles
     if found is None:
         detected = step_detect.detect(act)
         if detected is not None:
