@@ -218,7 +218,8 @@ def test_cases_are_well_formed():
         assert isinstance(runs, list) and all(isinstance(r, list) and r for r in runs), where
         flat = [i for r in runs for i in r]
         assert sorted(flat) == list(range(len(flat))), f"{where}: runs must partition the input files"
-        assert isinstance(case.get("notes", ""), str), where
+        notes = case.get("notes") or case.get("layers", {}).get("notes")
+        assert isinstance(notes, str) and notes.strip(), f"{where}: notes say what was seen"
         if "world_size" in case:
             assert case["world_size"] >= 1 and 0 <= case.get("ranks_missing", 0) < case["world_size"] * len(runs)
         if case.get("expect_error"):
@@ -238,6 +239,12 @@ def test_cases_are_well_formed():
             assert layers["per_step"] >= 0 and layers.get("per_step_max", layers["per_step"]) >= layers["per_step"]
             assert layers["source"] in LAYER_SOURCES, where
             assert (layers["per_step"] == 0 and "per_step_max" not in layers) == (layers["source"] == "none"), where
+
+
+def test_evidence_page_has_every_case():
+    page = (EXPECTATIONS.parent / "STRUCTURE_EXPECTATIONS.md").read_text()
+    missing = [c["id"] for c in CASES if f"### `{c['id']}`" not in page]
+    assert not missing, f"tests/data/STRUCTURE_EXPECTATIONS.md lacks {missing}"
 
 
 def test_fixture_inputs_exist_and_runs_index_them():
