@@ -17,6 +17,7 @@ BIG="--hidden 4096 --heads 32 --ffn 14336 --batch 64 --kv-len 2048"
 # shape name : structure_shapes.py options
 SHAPES=("decode:--shape decode $BIG --passes 12"
         "decode_launchbound:--shape decode --passes 12"
+        "decode_sampled_nogap:--shape decode $BIG --passes 12 --sample --no-sync --gap-ms 0"
         "serve:--shape serve $BIG --passes 6 --prefill-tokens 8192"
         "train:--shape train --batch 1024 --layers 6 --passes 6")
 TMP=$(mktemp -d)

@@ -7,8 +7,10 @@ Shapes:
   decode  ``--passes`` forward passes of ``--layers`` identical decoder layers on ``--batch`` tokens (one new token
           per sequence against a fixed ``--kv-len`` KV cache). A layer: QKV GEMM → SDPA → out-proj → [all-reduce] →
           add+RMSNorm → gate/up GEMM → SiLU·mul → down GEMM → [all-reduce] → add+RMSNorm, the add+RMSNorm one
-          separate Triton kernel (``fused_add_rmsnorm_kernel``). No embedding, no sampling. Between passes the host
-          synchronizes and sleeps ``--gap-ms`` (a scheduler's work), so the GPU is idle there.
+          separate Triton kernel (``fused_add_rmsnorm_kernel``). No embedding, no sampling (``--sample`` adds an
+          embedding gather before and an LM head + argmax after each pass). Between passes the host synchronizes and
+          sleeps ``--gap-ms`` (a scheduler's work), so the GPU is idle there; ``--no-sync --gap-ms 0`` queues the passes
+          back to back instead.
   train   ``--passes`` training iterations of a ``--layers``-block MLP model: forward, loss, backward, AdamW step,
           ``loss.item()`` (one host sync per iteration, as a logging loop has). Single GPU, no communication.
   serve   one prefill pass over ``--prefill-tokens`` tokens, then ``--passes`` decode passes, each after a
@@ -124,13 +126,27 @@ class Decoder:
 
 
 def make_decode(args: argparse.Namespace, device: torch.device) -> tuple[Callable[[int], None], Decoder]:
-    """A function running pass ``i`` (decode passes only) and the model."""
+    """A function running pass ``i`` (decode passes only) and the model.
+
+    With ``--sample`` each pass also embeds the previous pass's tokens (an embedding gather) and ends with the LM head
+    GEMM and a greedy argmax: kernels that occur once per pass, the next pass depending on them on the GPU only.
+    """
     model = Decoder(args.layers, args.hidden, args.heads, args.ffn, args.kv_len, args.batch, args.allreduce, device)
     x = torch.randn(args.batch, args.hidden, device=device, dtype=torch.bfloat16)
     residual = torch.zeros_like(x)
+    g = torch.Generator(device=device).manual_seed(1)
+    embed = torch.randn(args.vocab, args.hidden, generator=g, device=device, dtype=torch.bfloat16)
+    head = torch.randn(args.hidden, args.vocab, generator=g, device=device, dtype=torch.bfloat16) * args.hidden**-0.5
+    tokens = torch.zeros(args.batch, dtype=torch.long, device=device)
 
     def one(i: int) -> None:
-        model.forward(x, residual)
+        if not args.sample:
+            model.forward(x, residual)
+            return
+        h = F.embedding(tokens, embed)
+        residual.zero_()
+        out = model.forward(h, residual)
+        torch.argmax(out @ head, dim=-1, out=tokens)
 
     return one, model
 
@@ -211,6 +227,10 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32, help="sequences (decode) / rows (train)")
     p.add_argument("--kv-len", type=int, default=1024)
     p.add_argument("--prefill-tokens", type=int, default=2048)
+    p.add_argument("--sample", action="store_true", help="decode/serve: embedding gather + LM head + argmax per pass")
+    p.add_argument("--vocab", type=int, default=32000, help="with --sample: vocabulary size")
+    p.add_argument("--no-sync", dest="sync", action="store_false",
+                   help="do not synchronize before each pass (with --gap-ms 0: passes back to back on the GPU)")
     p.add_argument("--allreduce", action="store_true", help="NCCL all-reduce (world size 1) where TP has one")
     p.add_argument("--kineto", help="write a gzipped PyTorch-profiler trace here")
     p.add_argument("--cuda-profiler-range", action="store_true", help="capture between cudaProfilerStart/Stop")
@@ -236,14 +256,16 @@ def main() -> None:
     gaps = args.gap_ms / 1e3 if args.shape != "train" else 0.0
     with capture(args):
         for i in range(args.passes + (1 if args.shape == "serve" else 0)):
-            torch.cuda.synchronize()
+            if args.sync:
+                torch.cuda.synchronize()
             if gaps:
                 time.sleep(gaps)  # the scheduler's host work: the GPU is idle
             one(i)
         torch.cuda.synchronize()
     if args.facts:
-        facts = {k: getattr(args, k) for k in ("shape", "layers", "passes", "warmup", "gap_ms", "hidden", "heads",
-                                               "ffn", "batch", "kv_len", "prefill_tokens", "allreduce")}
+        keys = ("shape", "layers", "passes", "warmup", "gap_ms", "hidden", "heads", "ffn", "batch", "kv_len",
+                "prefill_tokens", "allreduce", "sample", "vocab", "sync")
+        facts = {k: getattr(args, k) for k in keys}
         facts["torch"] = torch.__version__
         facts["gpu"] = torch.cuda.get_device_name()
         Path(args.facts).write_text(json.dumps(facts, indent=1) + "\n")
