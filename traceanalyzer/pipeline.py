@@ -63,7 +63,9 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
     warnings += run_warnings(runs)
     result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
-                     gpu_metrics=_gpu_metrics(trace_list), extra={"runs": [r.to_json() for r in runs]})
+                     gpu_metrics=_gpu_metrics(trace_list),
+                     extra={"runs": [r.to_json() for r in runs],
+                            "ranks_missing": sum(r.ranks_missing for r in runs)})
     if opts.gpu_log is not None:
         result.power = _power(trace_list, devices, opts.gpu_log)
     if opts.findings:

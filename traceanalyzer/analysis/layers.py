@@ -19,10 +19,10 @@ Sources, first that applies:
   back to back without compute between them in more than 10% of the gaps (DDP gradient buckets), or when a step
   holds fewer than two periods (one collective per step).
 * ``kernel_period`` (devices without communication kernels): identical layers with no collective and no name —
-  the smallest block of kernel names (≥ 3 kernels, ≥ 3 distinct names) repeated back to back ≥ 3 times and
-  covering ≥ 40 % of the median step's kernels (:func:`repeat_unit`); each step is cut into the blocks of its own
-  longest repeating stretch. Kernels before and after that stretch (embedding, LM head, optimizer) belong to no
-  layer.
+  the smallest block of kernel names (≥ 3 kernels, ≥ 3 distinct names) repeated back to back ≥ 3 times
+  (:func:`.step_detect.repeat_unit`) in the step with the median kernel count; each step is cut into the
+  blocks of its own longest repeating stretch. Kernels before and after that stretch (embedding, LM head,
+  optimizer) belong to no layer.
 * ``none``.
 
 Per layer: ``compute_ns`` = union of its non-communication kernels; ``comm_ns`` = union of its communication
@@ -43,16 +43,12 @@ from .activity import MEMORY, DeviceActivity
 # the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
 from .layer_pattern import DEFAULT_LAYER_PATTERN as DEFAULT_LAYER_PATTERN
 from .layer_pattern import check_layer_pattern as check_layer_pattern
+from .step_detect import MIN_LAYER_REPEATS, longest_repeat, repeat_unit
 from .steps import project_to_gpu, ranges_named
 
 LAYER_COLUMNS = ["step", "layer", "name", "start_ns", "end_ns", "duration_ns", "comm_ns", "comm_exposed_ns",
                  "compute_ns"]
 MAX_COLLECTIVES_PER_LAYER = 16
-MIN_LAYER_KERNELS = 3  # kernel_period: a layer is a block of at least 3 kernels
-MIN_LAYER_NAMES = 3  # with at least 3 distinct kernel names (one GEMM repeated is a benchmark, not a layer)
-MIN_LAYER_REPEATS = 3  # repeated back to back at least 3 times
-MIN_LAYER_COVERAGE = 0.4  # covering at least 40% of the step's kernels
-MAX_LAYER_PERIOD = 2048  # longest block tried (kernels)
 MIN_SIGNATURE_MATCH = 0.9
 _DIGITS = re.compile(r"(\d+)(?!.*\d)")
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -243,36 +239,6 @@ def _per_layer_numbers(act: DeviceActivity, table: pd.DataFrame, row: np.ndarray
     return out
 
 
-def _longest_repeat(names: np.ndarray, period: int) -> tuple[int, int]:
-    """``(start, repeats)`` of the longest stretch of ``names`` made of one block of ``period`` names repeated."""
-    same = names[:-period] == names[period:]
-    if not same.any():
-        return 0, 1
-    edges = np.diff(np.r_[0, same.astype(np.int8), 0])
-    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    longest = int(np.argmax(stops - starts))
-    return int(starts[longest]), int((stops[longest] - starts[longest]) // period + 1)
-
-
-def repeat_unit(names: np.ndarray) -> int | None:
-    """The layer period (in kernels) of a step's kernel-name sequence: the smallest block of at least
-    ``MIN_LAYER_KERNELS`` kernels and ``MIN_LAYER_NAMES`` distinct names repeated back to back at least
-    ``MIN_LAYER_REPEATS`` times, among the periods whose repeats cover within 10 % of the best coverage, which must
-    be at least ``MIN_LAYER_COVERAGE`` of the step. None when nothing repeats that way."""
-    n = len(names)
-    found: list[tuple[int, int]] = []  # (period, kernels covered)
-    for period in range(MIN_LAYER_KERNELS, min(n // MIN_LAYER_REPEATS, MAX_LAYER_PERIOD) + 1):
-        start, repeats = _longest_repeat(names, period)
-        if repeats >= MIN_LAYER_REPEATS and len(np.unique(names[start:start + period])) >= MIN_LAYER_NAMES:
-            found.append((period, repeats * period))
-    if not found:
-        return None
-    best = max(cover for _, cover in found)
-    if best < MIN_LAYER_COVERAGE * n:
-        return None
-    return min(period for period, cover in found if cover >= 0.9 * best)
-
-
 def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     """Layers as repeats of one block of kernels inside each step (identical layers without collectives or
     names): the period comes from the step with the median kernel count, and every step is cut into the blocks
@@ -294,18 +260,19 @@ def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.Da
     if period is None:
         return None
     row = np.full(len(k), -1, dtype=np.int64)
-    layer_step, layer_num, g_start, g_end = [], [], [], []
+    layer_num: list[int] = []
+    g_start: list[int] = []
+    g_end: list[int] = []
     for i in range(len(ws)):
         seq = rows[bounds[i]:bounds[i + 1]]
         if len(seq) < MIN_LAYER_REPEATS * period:
             continue
-        start, repeats = _longest_repeat(names[seq], period)
+        start, repeats = longest_repeat(names[seq], period)
         if repeats < MIN_LAYER_REPEATS:
             continue
         for j in range(repeats):
             block = seq[start + j * period:start + (j + 1) * period]
             row[block] = len(layer_num)
-            layer_step.append(i)
             layer_num.append(j)
             g_start.append(int(k["start_ns"][block].min()))
             g_end.append(int(k["end_ns"][block].max()))

@@ -60,7 +60,8 @@ class Run:
         return max(0, (self.world_size or 0) - len(self.ranks))
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": [Path(p).name for p in self.paths], "ranks": self.ranks, "world_size": self.world_size,
+        return {"files": [Path(p).name for p in self.paths], "paths": list(self.paths), "ranks": self.ranks,
+                "world_size": self.world_size,
                 "ranks_missing": self.ranks_missing, "partial": self.ranks_missing > 0,
                 "window_utc_ns": list(self.window_utc) if self.window_utc else None}
 

@@ -15,6 +15,9 @@ between long weight copies (layer-by-layer offloading), is no step.
   touch without an idle gap. It does not count when the whole sequence repeats at a finer lag (a fraction of the
   spacing) almost everywhere: then the anchor only marks every m-th unit of a uniform repetition (layers).
 
+A capture holding a single forward pass and a truncated one (too short for a period) gets that pass as its one
+step when one idle gap dwarfs all others and the pass is made of repeating layer blocks.
+
 Of the candidates that qualify, the one holding the most busy time wins, and among those within 10 % of it the
 one with the *largest* step (the outermost repeating unit: a forward pass of N identical layers, not a layer).
 Pieces that are not regular (warm-up, a partial step at either end, autotuning) belong to no step.
@@ -40,6 +43,13 @@ MIN_REGULAR_SHARE = 0.6  # of a candidate's pieces (warm-up and tail pieces are 
 STRONG_SEPARATION = 3.0  # cut gaps ≥ 3× every gap inside a step: confident
 NEAR_BEST_COVERAGE = 0.9  # candidates within 10 % of the best coverage compete on step size
 MAX_THRESHOLDS = 160  # gap thresholds tried per device
+ONE_PASS_SEPARATION = 5.0  # a lone gap this many times longer than any other splits passes of a short capture
+WEAK_SEPARATION = 1.5  # idle gaps barely longer than those inside a step: weaker than a once-per-step kernel
+MIN_LAYER_KERNELS = 3  # a repeating layer block holds at least 3 kernels
+MIN_LAYER_NAMES = 3  # with at least 3 distinct kernel names (one GEMM repeated is a benchmark, not a layer)
+MIN_LAYER_REPEATS = 3  # repeated back to back at least 3 times
+MIN_LAYER_COVERAGE = 0.3  # covering at least 30% of the step's kernels
+MAX_LAYER_PERIOD = 2048  # longest block tried (kernels)
 
 
 @dataclass
@@ -135,14 +145,70 @@ def from_idle_gaps(act: DeviceActivity) -> Detected | None:
         end = np.where(follows, np.r_[start[1:], 0], ue[last[ok] - 1])
         candidates.append(Detected("idle_gaps", start, end, typical, coverage,
                                    float(ok.mean()), separation, {"cut_gap_min_ns": int(shortest_cut)}))
-    return _pick(candidates) if candidates else None
+    return _pick(candidates) if candidates else _one_pass(act, us, ue, gaps, order, interval_of, total_busy)
+
+
+def _one_pass(act: DeviceActivity, us: np.ndarray, ue: np.ndarray, gaps: np.ndarray, order: np.ndarray,
+              interval_of: np.ndarray, total_busy: float) -> Detected | None:
+    """A capture too short for a step period: the largest idle gap (≥ ``ONE_PASS_SEPARATION`` × every other gap)
+    splits it, and the piece holding most of the busy time is one step when it is made of repeating layer blocks
+    (a forward pass); a truncated piece with fewer kernels is not a step."""
+    if len(gaps) < 2 or gaps[order[1]] <= 0 or gaps[order[0]] < ONE_PASS_SEPARATION * gaps[order[1]]:
+        return None
+    cut = int(order[0]) + 1
+    pieces = [(0, cut), (cut, len(us))]
+    busy = [float(iv.cumulative(act.busy, np.array([ue[b - 1]]))[0] - iv.cumulative(act.busy, np.array([us[a]]))[0])
+            for a, b in pieces]
+    main = int(np.argmax(busy))
+    if busy[main] < MIN_COVERAGE * total_busy:
+        return None
+    a, b = pieces[main]
+    rows = np.flatnonzero((interval_of >= a) & (interval_of < b))
+    if repeat_unit(act.kernels["name_id"][rows].astype(np.int64)) is None:
+        return None
+    return Detected("idle_gaps", np.array([us[a]]), np.array([ue[b - 1]]), len(rows), busy[main] / total_busy, 0.5,
+                    float(gaps[order[0]] / gaps[order[1]]), {"one_pass": True})
 
 
 def _pick(candidates: list[Detected]) -> Detected:
-    """Most busy time covered; among candidates within 10 % of it, the largest step, then the best separation."""
+    """Weak idle gaps (separation under ``WEAK_SEPARATION``) only when nothing else qualifies; then the most busy
+    time covered; among candidates within 10 % of it, the largest step, then the best separation."""
+    strong = [c for c in candidates if c.method != "idle_gaps" or (c.separation or 0) >= WEAK_SEPARATION]
+    candidates = strong or candidates
     top = max(c.coverage for c in candidates)
     near = [c for c in candidates if c.coverage >= NEAR_BEST_COVERAGE * top]
     return max(near, key=lambda c: (c.kernels_per_step, c.separation or 0.0, c.coverage))
+
+
+def longest_repeat(names: np.ndarray, period: int) -> tuple[int, int]:
+    """``(start, repeats)`` of the longest stretch of ``names`` made of one block of ``period`` names repeated."""
+    same = names[:-period] == names[period:]
+    if not same.any():
+        return 0, 1
+    edges = np.diff(np.r_[0, same.astype(np.int8), 0])
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    longest = int(np.argmax(stops - starts))
+    return int(starts[longest]), int((stops[longest] - starts[longest]) // period + 1)
+
+
+def repeat_unit(names: np.ndarray) -> int | None:
+    """The layer period (in kernels) of a step's kernel-name sequence: the smallest block of at least
+    ``MIN_LAYER_KERNELS`` kernels and ``MIN_LAYER_NAMES`` distinct names repeated back to back at least
+    ``MIN_LAYER_REPEATS`` times, among the periods whose repeats cover at least half as many kernels as the best
+    one, which must cover ``MIN_LAYER_COVERAGE`` of the sequence (a training step repeats its block in the forward
+    and a longer one in the backward: the forward's is the smaller). None when nothing repeats that way."""
+    n = len(names)
+    found: list[tuple[int, int]] = []  # (period, kernels covered)
+    for period in range(MIN_LAYER_KERNELS, min(n // MIN_LAYER_REPEATS, MAX_LAYER_PERIOD) + 1):
+        start, repeats = longest_repeat(names, period)
+        if repeats >= MIN_LAYER_REPEATS and len(np.unique(names[start:start + period])) >= MIN_LAYER_NAMES:
+            found.append((period, repeats * period))
+    if not found:
+        return None
+    best = max(cover for _, cover in found)
+    if best < MIN_LAYER_COVERAGE * n:
+        return None
+    return min(period for period, cover in found if cover >= 0.5 * best)
 
 
 def _dominant_stream_sequence(act: DeviceActivity) -> np.ndarray:
@@ -180,19 +246,34 @@ def _anchor_positions(names: np.ndarray) -> np.ndarray | None:
     return np.flatnonzero(names == anchor)
 
 
-def _cut_positions(anchors: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, int]:
+def _cut_positions(anchors: np.ndarray, gap: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, int]:
     """Step starts: near each regular anchor, the kernel after the largest GPU gap at the phase where the
-    median gap over all periods is largest (searched within ±5% of the period to absorb variable-length steps)."""
+    median gap over all periods is largest (searched within ±5% of the period to absorb variable-length steps).
+    Phases inside the step's repeating layer block are not candidates: a step boundary lies between the last
+    layer of one pass and the first of the next, never between two layers."""
     spacing = np.diff(anchors)
     period = int(np.median(spacing))
     regular = np.flatnonzero(np.abs(spacing - period) <= 0.1 * period)
     starts = anchors[np.union1d(regular, regular + 1)]  # both ends of every regular spacing
     n = len(gap)
     phase_idx = np.minimum(starts[:, None] + np.arange(period)[None, :], n - 1)
-    phase = int(np.argmax(np.median(gap[phase_idx], axis=0)))
+    score = np.median(gap[phase_idx], axis=0).astype(np.float64)
+    middle = starts[len(starts) // 2]
+    one_pass = names[middle:middle + period]
+    unit = repeat_unit(one_pass) if len(one_pass) == period else None
+    inside = np.zeros(period, dtype=bool)
+    if unit is not None:
+        first, repeats = longest_repeat(one_pass, unit)
+        inside[first + 1:first + repeats * unit] = True  # cutting before the block's first kernel is allowed
+        if inside.all():
+            inside[:] = False
+    score[inside] = -1.0
+    phase = int(np.argmax(score))
     width = max(1, period // 20)
-    window = np.clip(starts[:, None] + phase + np.arange(-width, width + 1)[None, :], 0, n - 1)
-    cuts = np.unique(window[np.arange(len(starts)), np.argmax(gap[window], axis=1)])
+    offsets = phase + np.arange(-width, width + 1)
+    window = np.clip(starts[:, None] + offsets[None, :], 0, n - 1)
+    allowed = ~inside[offsets % period]  # the ±5% search stays out of the layer block too
+    cuts = np.unique(window[np.arange(len(starts)), np.argmax(np.where(allowed, gap[window], -1), axis=1)])
     return cuts, period
 
 
@@ -223,7 +304,7 @@ def from_kernel_period(act: DeviceActivity) -> Detected | None:
         return None
     starts, ends = k["start_ns"][idx], k["end_ns"][idx]
     gap = np.r_[0, starts[1:] - ends[:-1]]
-    cuts, period = _cut_positions(anchors, gap)
+    cuts, period = _cut_positions(anchors, gap, names)
     lengths = np.diff(cuts)
     typical = int(np.median(lengths)) if len(lengths) else period
     # the last step runs for a typical step length when the sequence still has that many kernels

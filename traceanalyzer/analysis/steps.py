@@ -255,7 +255,8 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
     """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order, with their
     evidence. Without steps the one window is the whole span and the source is ``none``."""
     found: pd.DataFrame | None = None
-    confidence, evidence = "high", {}
+    confidence = "high"
+    evidence: dict[str, Any] = {}
     if step_range:
         found = _named_steps(act, ranges_named(act, name=step_range), f"nvtx:{step_range}")
     if found is None:
