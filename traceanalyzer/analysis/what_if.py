@@ -232,13 +232,15 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     # a segment's ops after its calls may run faster than far ones on a noisy host: never a negative cost
     segs["slowed_ns"] = np.maximum(segs["slowed_ns"].to_numpy(), 0)
     segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy() + segs["slowed_ns"].to_numpy(), slack)
+    segs["host_reading_ns"] = segs["host_part_ns"]  # each reading alone, whichever wins the segment
+    segs["gpu_reading_ns"] = segs["gpu_ns"]
     segs["host_chosen"] = segs["host_part_ns"] > segs["gpu_ns"]
     segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
     segs["host_part_ns"] = np.where(segs["host_chosen"], segs["host_part_ns"], 0)
     segs["gpu_part_ns"] = np.where(segs["host_chosen"], 0, segs["gpu_ns"])
     segs["latency_ns"] = np.where(segs["host_chosen"], 0, segs["latency_ns"])
     cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-            "issue_ns", "slowed_ns",
+            "issue_ns", "slowed_ns", "host_reading_ns", "gpu_reading_ns",
             "launch_bound", "collectives"]
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
@@ -272,6 +274,13 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
     steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
+    # the step's time that is not compute: GPU idle + exposed communication (+ contention) — no comm-free step
+    # is shorter than its compute kernels, so no saving exceeds it
+    per = dev.per_step.set_index("step") if {"step", "idle_ns", "comm_exposed_ns"} <= set(dev.per_step.columns) \
+        else None
+    ceiling = (per["idle_ns"] + per["comm_exposed_ns"]).reindex(steps.index) if per is not None else None
+    steps["ceiling_ns"] = (ceiling.fillna(steps["own_ns"]).to_numpy(np.int64) + steps["contention_ns"].to_numpy()
+                           if ceiling is not None else steps["own_ns"])
     steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
     steps["issue_only_own_ns"] = (issue_only["saving_ns"] + steps["contention_ns"]).astype(np.int64)
     linked = act.launch_row >= 0
