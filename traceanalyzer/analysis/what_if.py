@@ -49,6 +49,15 @@ HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launc
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
+#: Host time the profiler adds per recorded host event (Kineto ``cpu_op`` range or CUDA API call): median of
+#: (profiled − unprofiled step) / events per step over the host-bound H200 runs, 1.3–4.0 µs (docs/METHOD_WHAT_IF.md).
+PROFILER_NS_PER_EVENT = 2_000
+#: GPU idle / profiler time of a step at or below which the rank counts as made launch-bound by the profiler
+#: (GPU reading alone), and at or above which as launch-bound on its own (host reading as profiled); linear between.
+MARGINAL_RATIO = (1.0, 1.5)
+RESOLUTION_SHARE = 0.1  # the GPU-transfer reading's error on GPU-bound runs timed with and without: −4 … +11 %
+SLOWDOWN_SHARE = 1 / 3  # host work measured up to ×1.5 slower with communication: at most 1/3 of it is comm cost
+HOST_BOUND_SHARE = 0.25  # a rank whose GPU waits for the host ≥ this share of its unprofiled step is host-bound
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -232,15 +241,14 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     # a segment's ops after its calls may run faster than far ones on a noisy host: never a negative cost
     segs["slowed_ns"] = np.maximum(segs["slowed_ns"].to_numpy(), 0)
     segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy() + segs["slowed_ns"].to_numpy(), slack)
-    segs["host_reading_ns"] = segs["host_part_ns"]  # each reading alone, whichever wins the segment
-    segs["gpu_reading_ns"] = segs["gpu_ns"]
+    segs["gpu_reading_ns"] = segs["gpu_ns"]  # the GPU reading alone, whichever wins the segment
     segs["host_chosen"] = segs["host_part_ns"] > segs["gpu_ns"]
     segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
     segs["host_part_ns"] = np.where(segs["host_chosen"], segs["host_part_ns"], 0)
     segs["gpu_part_ns"] = np.where(segs["host_chosen"], 0, segs["gpu_ns"])
     segs["latency_ns"] = np.where(segs["host_chosen"], 0, segs["latency_ns"])
     cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-            "issue_ns", "slowed_ns", "host_reading_ns", "gpu_reading_ns",
+            "issue_ns", "slowed_ns", "gpu_reading_ns",
             "launch_bound", "collectives"]
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
@@ -266,23 +274,34 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     slowed = slowed[~slowed.index.duplicated()]
     rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
     steps = _segment_savings(rows, host, whole_call=True)
-    issue_only = _segment_savings(rows, host).reindex(steps.index).fillna(0)
+    idx = steps.index
+    calls_only = _segment_savings(rows.assign(slowed_ns=0), host, whole_call=True).reindex(idx).fillna(0)
+    issue_only = _segment_savings(rows, host).reindex(idx).fillna(0)
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
+    slowed = _contention(act, dev.per_step).reindex(idx).fillna(0).to_numpy()
     busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
     share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
-    steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
-    # the step's time that is not compute: GPU idle + exposed communication (+ contention) — no comm-free step
-    # is shorter than its compute kernels, so no saving exceeds it
-    per = dev.per_step.set_index("step") if {"step", "idle_ns", "comm_exposed_ns"} <= set(dev.per_step.columns) \
-        else None
-    ceiling = (per["idle_ns"] + per["comm_exposed_ns"]).reindex(steps.index) if per is not None else None
-    steps["ceiling_ns"] = (ceiling.fillna(steps["own_ns"]).to_numpy(np.int64) + steps["contention_ns"].to_numpy()
-                           if ceiling is not None else steps["own_ns"])
+    contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
+    steps["contention_ns"] = contention
+    steps["as_profiled_ns"] = steps["saving_ns"] + contention
+    steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
+    steps["gpu_reading_ns"] = steps["gpu_reading_ns"] + contention
     steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
-    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + steps["contention_ns"]).astype(np.int64)
+    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
+    # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
+    # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
+    events = _host_events(trace, dev).reindex(idx).fillna(0)
+    steps["profiler_ns"] = (events * PROFILER_NS_PER_EVENT).astype(np.int64)
+    idle = dev.per_step.set_index("step")["idle_ns"].reindex(idx).fillna(0) if "idle_ns" in dev.per_step \
+        else pd.Series(0, index=idx)
+    ratio = idle / steps["profiler_ns"].where(steps["profiler_ns"] > 0)
+    gpu_weight = ((MARGINAL_RATIO[1] - ratio) / (MARGINAL_RATIO[1] - MARGINAL_RATIO[0])).clip(0, 1).fillna(0)
+    steps["gpu_weight"] = np.where(steps["host_part_ns"] > 0, gpu_weight, 0.0)
+    own = steps["as_profiled_ns"] - steps["gpu_weight"] * (steps["as_profiled_ns"] - steps["gpu_reading_ns"])
+    steps["own_ns"] = np.minimum(own, steps["as_profiled_ns"]).round().astype(np.int64)
+    steps["idle_ns"] = idle.astype(np.int64)
+    _upper_readings(steps, dev.per_step)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -301,6 +320,45 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     return steps, evidence
 
 
+def _host_events(trace: Trace, dev: DeviceSummary) -> pd.Series:
+    """Per step (index: step): the rank's host events a profiler records — Kineto ``cpu_op`` ranges and CUDA API
+    calls — starting in the step window."""
+    per = dev.per_step
+    if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
+        return pd.Series(dtype=np.int64)
+    ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
+    r, api = trace.ranges, trace.api_calls
+    cpu_op = trace.strings.get("cpu_op")
+    starts = [api["start_ns"][api["rank"] == dev.rank]] if len(api) else []
+    if len(r) and cpu_op is not None and cpu_op >= 0:
+        starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
+    events = np.sort(np.concatenate(starts)) if starts else np.empty(0, dtype=np.int64)
+    counts = np.searchsorted(events, we) - np.searchsorted(events, ws)
+    return pd.Series(counts, index=per["step"].to_numpy(np.int64), dtype=np.int64)
+
+
+def _upper_readings(steps: pd.DataFrame, per_step: pd.DataFrame) -> None:
+    """Add per step: ``ceiling_ns`` — the step's time that is not compute (GPU idle + exposed communication, plus
+    contention): no comm-free step is shorter than its compute kernels; and ``slowdown_high_ns`` — the host reading
+    plus the host work on the critical path running up to ×1.5 slower with communication (measured on runs timed
+    with and without, not visible in a trace with communication): ``SLOWDOWN_SHARE`` × (host-critical time − the
+    host part); the host-critical time is the step less the profiler's time on a rank whose GPU still idles
+    ≥ ``HOST_BOUND_SHARE`` of it without the profiler, else that remaining idle time."""
+    cols = {"step", "comm_exposed_ns", "duration_ns"}
+    per = per_step.set_index("step").reindex(steps.index) if cols <= set(per_step.columns) else None
+    if per is None:
+        steps["ceiling_ns"] = steps["slowdown_high_ns"] = steps["as_profiled_ns"]
+        return
+    ceiling = steps["idle_ns"] + per["comm_exposed_ns"].fillna(0).astype(np.int64) + steps["contention_ns"]
+    steps["ceiling_ns"] = np.maximum(ceiling, steps["as_profiled_ns"])
+    unprofiled_step = (per["duration_ns"].fillna(0) - steps["profiler_ns"]).clip(lower=0)
+    remaining = (steps["idle_ns"] - steps["profiler_ns"]).clip(lower=0)
+    critical = np.where(remaining >= HOST_BOUND_SHARE * unprofiled_step, unprofiled_step, remaining)
+    extra = SLOWDOWN_SHARE * np.maximum(critical - steps["host_part_ns"], 0)
+    high = steps["as_profiled_ns"] + np.where(steps["host_part_ns"] > 0, extra, 0)
+    steps["slowdown_high_ns"] = np.minimum(high, steps["ceiling_ns"]).astype(np.int64)
+
+
 def _trace_of(traces: list[Trace], dev: DeviceSummary) -> Trace | None:
     return next((t for t in traces if t.path == dev.trace), traces[0] if len(traces) == 1 else None)
 
@@ -317,6 +375,9 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         "host_slowed_after_calls_ns": int(med["slowed_ns"]),
         "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
         "dependency_latency_ns": int(med["latency_ns"]),
+        "as_profiled_ns": int(med["as_profiled_ns"]), "gpu_reading_ns": int(med["gpu_reading_ns"]),
+        "profiler_ns": int(med["profiler_ns"]), "idle_ns": int(med["idle_ns"]),
+        "gpu_weight": round(float(med["gpu_weight"]), 2),
         "collectives_per_step": int(med["collectives"]),
         "launch_bound_collectives_per_step": float(med["launch_bound"]),
         "bound": {"host_launch": "host", "gpu_transfer": "gpu", "mixed": "mixed"}[
@@ -342,8 +403,8 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     own = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna() if stepped else pd.DataFrame()
     wait = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
         else pd.DataFrame()
-    host = pd.concat({r: s["host_part_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
-        else pd.DataFrame()
+    host = pd.concat({r: s["host_part_ns"] * (1 - s["gpu_weight"]) for r, s in stepped.items()}, axis=1
+                     ).reindex(own.index) if stepped else pd.DataFrame()
     issue_only = pd.concat({r: s["issue_only_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) \
         if stepped else pd.DataFrame()
     details: dict[str, Any] = {
@@ -369,4 +430,43 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
     details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
     details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
-    return WhatIf(int(np.median(step_saving)), _basis(int(step_host.sum()), int(step_saving.sum())), details)
+    limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
+                                                                                        strict=True)])
+    basis = _basis(int(step_host.sum()), int(step_saving.sum()))
+    details.update(_range(limiting, int(np.median(step_saving)), basis))
+    return WhatIf(int(np.median(step_saving)), basis, details)
+
+
+def _range(limiting: pd.DataFrame, point: int, basis: str) -> dict[str, Any]:
+    """``range_ns`` [low, high] with the reading each end comes from (``range_basis``) and a ``confidence``, from
+    the per-step readings of the rank that sets each step (docs/METHOD_WHAT_IF.md):
+
+    * low: the smallest over steps of the estimate, the whole calls without the CPU work slowed after them (where
+      the host part counts) and the GPU-transfer reading (where it was weighed in);
+    * high: the largest over steps of the estimate, the host reading as profiled, the host reading plus host work
+      slowed by up to ×1.5 (where the host part counts), and the step's time not spent computing (where it does
+      not);
+    * both widened by ``RESOLUTION_SHARE`` (the GPU-transfer reading's error on runs timed with and without).
+
+    confidence: ``low`` where a rank's readings were weighed (made launch-bound by the profiler) or the basis is
+    ``mixed``; else ``high`` when high ≤ 1.5 × low; else ``medium``."""
+    host = limiting["host_part_ns"] > 0
+    weighed = limiting["gpu_weight"] > 0
+    low_readings = {"estimate": limiting["own_ns"],
+                    "host_calls": limiting["calls_only_ns"].where(host),
+                    "gpu_transfer": limiting["gpu_reading_ns"].where(weighed)}
+    high_readings = {"estimate": limiting["own_ns"], "host_as_profiled": limiting["as_profiled_ns"],
+                     "host_slowdown": limiting["slowdown_high_ns"].where(host),
+                     "gpu_not_computing": limiting["ceiling_ns"].where(~host)}
+    lows = {k: float(v.min()) for k, v in low_readings.items() if v.notna().any()}
+    highs = {k: float(v.max()) for k, v in high_readings.items() if v.notna().any()}
+    lo_basis = min(lows, key=lambda k: lows[k])
+    hi_basis = max(highs, key=lambda k: highs[k])
+    low = int(lows[lo_basis] * (1 - RESOLUTION_SHARE))
+    high = int(np.ceil(highs[hi_basis] * (1 + RESOLUTION_SHARE)))
+    if bool(weighed.any()) or basis == "mixed":
+        confidence = "low"
+    else:
+        confidence = "high" if high <= 1.5 * max(low, 1) else "medium"
+    return {"range_ns": [min(low, point), max(high, point)], "range_basis": [lo_basis, hi_basis],
+            "confidence": confidence, "profiler_weighed_steps": int(weighed.sum())}
