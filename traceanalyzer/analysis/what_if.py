@@ -56,6 +56,7 @@ PROFILER_NS_PER_EVENT = 2_000
 #: (GPU reading alone), and at or above which as launch-bound on its own (host reading as profiled); linear between.
 MARGINAL_RATIO = (1.0, 1.5)
 RESOLUTION_SHARE = 0.1  # the GPU-transfer reading's error on GPU-bound runs timed with and without: −4 … +11 %
+CONFIDENT_RATIO = 1.5  # confidence "high" when the range's high end is at most this many times its low end
 SLOWDOWN_SHARE = 1 / 3  # host work measured up to ×1.5 slower with communication: at most 1/3 of it is comm cost
 HOST_BOUND_SHARE = 0.25  # a rank whose GPU waits for the host ≥ this share of its unprofiled step is host-bound
 
@@ -449,24 +450,22 @@ def _range(limiting: pd.DataFrame, point: int, basis: str) -> dict[str, Any]:
     * both widened by ``RESOLUTION_SHARE`` (the GPU-transfer reading's error on runs timed with and without).
 
     confidence: ``low`` where a rank's readings were weighed (made launch-bound by the profiler) or the basis is
-    ``mixed``; else ``high`` when high ≤ 1.5 × low; else ``medium``."""
+    ``mixed``; else ``high`` when high ≤ ``CONFIDENT_RATIO`` (1.5) × low; else ``medium``."""
     host = limiting["host_part_ns"] > 0
     weighed = limiting["gpu_weight"] > 0
-    low_readings = {"estimate": limiting["own_ns"],
-                    "host_calls": limiting["calls_only_ns"].where(host),
-                    "gpu_transfer": limiting["gpu_reading_ns"].where(weighed)}
-    high_readings = {"estimate": limiting["own_ns"], "host_as_profiled": limiting["as_profiled_ns"],
+    # on a tie the first reading named gives the end its name
+    low_readings = {"gpu_transfer": limiting["gpu_reading_ns"].where(weighed),
+                    "host_calls": limiting["calls_only_ns"].where(host), "estimate": limiting["own_ns"]}
+    high_readings = {"host_as_profiled": limiting["as_profiled_ns"],
                      "host_slowdown": limiting["slowdown_high_ns"].where(host),
-                     "gpu_not_computing": limiting["ceiling_ns"].where(~host)}
+                     "gpu_not_computing": limiting["ceiling_ns"].where(~host), "estimate": limiting["own_ns"]}
     lows = {k: float(v.min()) for k, v in low_readings.items() if v.notna().any()}
     highs = {k: float(v.max()) for k, v in high_readings.items() if v.notna().any()}
     lo_basis = min(lows, key=lambda k: lows[k])
     hi_basis = max(highs, key=lambda k: highs[k])
     low = int(lows[lo_basis] * (1 - RESOLUTION_SHARE))
     high = int(np.ceil(highs[hi_basis] * (1 + RESOLUTION_SHARE)))
-    if bool(weighed.any()) or basis == "mixed":
-        confidence = "low"
-    else:
-        confidence = "high" if high <= 1.5 * max(low, 1) else "medium"
+    unsure = bool(weighed.any()) or basis == "mixed"
+    confidence = "low" if unsure else "high" if high <= CONFIDENT_RATIO * max(low, 1) else "medium"
     return {"range_ns": [min(low, point), max(high, point)], "range_basis": [lo_basis, hi_basis],
             "confidence": confidence, "profiler_weighed_steps": int(weighed.sum())}
