@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceanalyzer.analysis import what_if
+from traceanalyzer.analysis import what_if_range as what_if
 from traceanalyzer.analysis.results import DeviceSummary
 from traceanalyzer.analysis.what_if import estimate_comm_free
 from traceanalyzer.testing.synth import make_trace

@@ -15,7 +15,17 @@ import numpy as np
 import pandas as pd
 
 from .figures import column, durations_ns, layer_totals
-from .formatting import bucket_color, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, issue_only_text, pct_of
+from .formatting import (
+    bucket_color,
+    bucket_sort_key,
+    device_label,
+    fmt_ms,
+    fmt_ns,
+    fmt_pct,
+    issue_only_text,
+    pct_of,
+    range_text,
+)
 
 if TYPE_CHECKING:
     from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
@@ -107,7 +117,7 @@ def headline(summary: Summary) -> list[dict[str, str]]:
     saving = summary.what_if.comm_free_step_saving_ns
     if saving is not None:
         sub = [f"{fmt_pct(pct_of(saving, step))} of the step"] if step else []
-        sub += [f"basis: {summary.what_if.basis}", issue_only_text(summary.what_if)]
+        sub += [f"basis: {summary.what_if.basis}", range_text(summary.what_if), issue_only_text(summary.what_if)]
         cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
                       "sub": " · ".join(part for part in sub if part)})
     span = sum(d.span_ns for d in devices)
