@@ -119,3 +119,21 @@ def test_fixture_bounds_never_exceed_the_chain(files: list[str], step_range: str
         assert chains is not None and len(chains) > 0
         assert (chains["allreduce_bound_ns"] + chains["norm_alone_ns"] == chains["chain_ns"]).all()
         assert (chains["norm_alone_ns"] > 0).all() and (chains["allreduce_bound_ns"] > 0).all()
+
+
+def test_measured_fused_norm_is_within_the_bound_basis() -> None:
+    """fixtures/truth/rmsnorm_fusion_h200.json (examples/rmsnorm_fusion_cost.py, one H200, hidden 4096, bf16): a
+    fused add + RMSNorm kernel takes no longer than the longest kernel of eager's decomposed chain — the fused-norm
+    estimate, so the all-reduce fusion part stays an upper bound — and the norm-fusion-alone estimate (chain −
+    longest kernel) does not exceed the measured saving (decomposed − fused)."""
+    import json
+
+    measured = json.loads((FIXTURES / "truth" / "rmsnorm_fusion_h200.json").read_text())
+    assert measured["hidden"] == 4096 and measured["dtype"] == "bfloat16"
+    for tokens in ("64", "4096", "16384"):
+        run = measured["results"][tokens]
+        eager, fused = run["decomposed"], run["fused_add_norm"]
+        assert eager["kernels_per_call"] == 9 and fused["kernels_per_call"] == 1
+        longest = max(eager["kernels"].values())
+        assert fused["gpu_us_median"] <= longest
+        assert eager["gpu_us_median"] - longest <= eager["gpu_us_median"] - fused["gpu_us_median"]

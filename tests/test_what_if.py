@@ -566,7 +566,7 @@ def test_profiled_step_minus_estimate_is_the_measured_no_comm_step(shared_data: 
             assert abs(comm_free / nocomm - 1) <= 0.05, (files[0].name, comm_free, nocomm)
 
 
-def _validated_cases(shared: Path | None) -> list[tuple[str, list[Path], float]]:
+def _validated_cases(shared: Path | None, unpacked: Path) -> list[tuple[str, list[Path], float]]:
     """Every run with a measured cost (ms/step): shared (when present), fixtures, fixtures/ab."""
     from conftest import FIXTURES
 
@@ -581,6 +581,7 @@ def _validated_cases(shared: Path | None) -> list[tuple[str, list[Path], float]]
     for mode in ("prefill_serial", "prefill_overlap", "decode_eager", "decode_graphs"):
         cases.append((f"fixture {mode}", [FIXTURES / "kineto" / f"tp2_{mode}" / f"rank{r}.json.gz" for r in (0, 1)],
                       _fixture_truth_ms(mode)[0]))
+    cases.append(("fixture nsys prefill_overlap", [unpacked], _fixture_truth_ms("prefill_overlap")[0]))
     for run in sorted(AB_RUNS) + sorted(AB_MISSES):
         files = [FIXTURES / "kineto" / "ab" / run / "rank0.json.gz"] if run.startswith("tp1_") else \
             [FIXTURES / "kineto" / "ab" / f"tp2_{run}" / f"rank{r}.json.gz" for r in (0, 1)]
@@ -588,14 +589,20 @@ def _validated_cases(shared: Path | None) -> list[tuple[str, list[Path], float]]
     return cases
 
 
-def test_range_holds_the_measured_cost_on_every_validated_case() -> None:
-    """range_ns holds the measured cost of every run timed with and without its all-reduces (23 with ../shared,
-    18 without), the estimate inside it, each end named."""
-    from conftest import SHARED
+def test_range_holds_the_measured_cost_on_every_validated_case(tmp_path: Path) -> None:
+    """range_ns holds the measured cost of every run timed with and without its all-reduces (24 with ../shared,
+    19 without), the estimate inside it, each end named."""
+    import lzma
+    import shutil
+
+    from conftest import FIXTURES, SHARED
 
     shared = SHARED if SHARED.is_dir() else None
     readings = {"estimate", "gpu_transfer", "host_calls", "host_as_profiled", "host_slowdown", "gpu_not_computing"}
-    for name, files, truth in _validated_cases(shared):
+    unpacked = tmp_path / "tp2_prefill_overlap.sqlite"
+    with lzma.open(FIXTURES / "nsys" / "tp2_prefill_overlap.sqlite.xz") as src, unpacked.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    for name, files, truth in _validated_cases(shared, unpacked):
         w = _summary(files).what_if
         low, high = w.details["range_ns"]
         assert low <= truth * 1e6 <= high, (name, low, truth, high)

@@ -29,7 +29,10 @@ times the share of the step's communication that was transfer rather than waitin
 The step is set by the rank the others wait for (least wait per step, from the cross-rank matching; without it,
 the rank with the smallest cost), so a step's saving is that rank's cost; the estimate is the median over steps.
 ``basis``: ``host_launch`` when host issue time is ≥ 75 % of it, ``gpu_transfer`` when ≤ 25 %, else ``mixed``.
-Method and validation against real runs with and without their all-reduces: docs/METHOD_WHAT_IF.md.
+A rank whose GPU idle time the profiler's own host overhead explains is weighed toward its GPU reading, and
+``details`` give ``range_ns`` [low, high], the reading each end comes from (``range_basis``) and a ``confidence``
+(``what_if_range``). Method and validation against real runs with and without their all-reduces:
+docs/METHOD_WHAT_IF.md.
 """
 
 from __future__ import annotations
