@@ -137,3 +137,26 @@ def test_measured_fused_norm_is_within_the_bound_basis() -> None:
         longest = max(eager["kernels"].values())
         assert fused["gpu_us_median"] <= longest
         assert eager["gpu_us_median"] - longest <= eager["gpu_us_median"] - fused["gpu_us_median"]
+
+
+def test_decode_without_step_markers_gives_the_same_per_chain_figures() -> None:
+    """8 ranks, no NVTX or ProfilerStep: 6 forward passes of 4 identical layers (gemm 30 µs, all-reduce 10 µs, a
+    FusedAddRMSNormKernel of 5 µs 2 µs later), 1 ms of scheduler idle between passes. Whatever step the detection
+    picks (a layer or a pass), each chain is 2 µs + 5 µs, and the finding fires."""
+    traces = []
+    for rank in range(8):
+        kernels, t = [], 0
+        for _ in range(6):
+            for _ in range(4):
+                kernels += [(t, t + 30 * US, 0, 7, "nvjet_gemm", "gemm", "dense"),
+                            (t + 30 * US, t + 40 * US, 0, 7, AR, "communication", "allreduce"),
+                            (t + 42 * US, t + 47 * US, 0, 7, NORM, "other", "norm")]
+                t += 47 * US
+            t += 1000 * US
+        traces.append(make_trace(kernels, rank=rank, path=f"rank{rank}.json", device_names={0: "NVIDIA H200"}))
+    found = next(f for f in ta.summary(traces).findings if f.id == "allreduce_not_fused")
+    assert found.evidence["per_chain_ns"] == {"chain": 7 * US, "gap_after_allreduce": 2 * US,
+                                              "fused_norm_estimate": 5 * US, "norm_fusion_alone": 0,
+                                              "allreduce_fusion_at_most": 7 * US}
+    per_step = found.evidence["per_step_ns"]["allreduce_fusion_at_most"]
+    assert per_step == 7 * US * found.evidence["allreduces_followed_per_step"]
