@@ -23,6 +23,7 @@ The two add up to the chain's own time, never more.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -132,7 +133,7 @@ def _per_step(ctx: FindingContext, dev: DeviceSummary, chains: pd.DataFrame, col
     return per_step_median(ctx.steps(dev), step_idx, chains[column].to_numpy(np.int64))
 
 
-def _evidence(ctx: FindingContext, dev: DeviceSummary, trace: Trace, chains: pd.DataFrame) -> dict:
+def _evidence(ctx: FindingContext, dev: DeviceSummary, trace: Trace, chains: pd.DataFrame) -> dict[str, Any]:
     followers = chains.attrs["followers"]
     names = pd.Series(trace.names(trace.kernels["name_id"][followers]).astype(str)).value_counts().head(5)
     med = chains.drop(columns="start_ns").median()
