@@ -105,3 +105,17 @@ def test_gpu_bound_range_reaches_the_time_not_spent_computing() -> None:
     assert w.details["range_basis"] == ["estimate", "gpu_not_computing"]
     assert w.details["range_ns"] == [180, int(np.ceil(250 * 1.1))]
     assert w.details["confidence"] == "medium"  # 275 > 1.5 × 180
+
+
+def test_summary_json_carries_the_range(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from pathlib import Path
+
+    from traceanalyzer.cli import main
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "tp2_decode_graphs"
+    assert main(["summary", str(fixture), "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)["what_if"]
+    low, high = w["range_ns"]
+    assert isinstance(low, int) and isinstance(high, int) and low <= w["comm_free_step_saving_ns"] <= high
+    assert len(w["range_basis"]) == 2 and w["confidence"] in ("high", "medium", "low")
