@@ -160,3 +160,38 @@ def test_decode_without_step_markers_gives_the_same_per_chain_figures() -> None:
                                               "allreduce_fusion_at_most": 7 * US}
     per_step = found.evidence["per_step_ns"]["allreduce_fusion_at_most"]
     assert per_step == 7 * US * found.evidence["allreduces_followed_per_step"]
+
+
+# Real names (FlashInfer include/flashinfer/comm/trtllm_mnnvl_allreduce.cuh: the two-shot all-reduce, then with
+# rmsNormFusion the norm as a Lamport-buffer kernel that is part of the fused path; vLLM custom all-reduce; FlashInfer
+# norm), classified by the default rules rather than labelled by hand.
+MNNVL_AR = "void flashinfer::trtllm_mnnvl_allreduce::twoshotAllreduceKernel<2, __nv_bfloat16>(__nv_bfloat16*)"
+MNNVL_NORM = "void flashinfer::trtllm_mnnvl_allreduce::rmsNormLamport_fusion<__nv_bfloat16, 0, 1>(__nv_bfloat16*)"
+CUSTOM_AR = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(vllm::RankData*, vllm::RankSignals, vllm::Signal*)"
+
+
+def _classified(name: str) -> tuple[str, str]:
+    from traceanalyzer.classify import classify_names
+
+    c = classify_names([name])[0]
+    return c.bucket, c.subbucket
+
+
+@pytest.mark.parametrize(("ar", "follower", "fires"), [
+    (MNNVL_AR, MNNVL_NORM, False),  # all-reduce + RMSNorm fused (its norm half is communication)
+    (MNNVL_AR, NORM, True),  # the two-shot all-reduce without norm fusion, then a separate norm
+    (CUSTOM_AR, NORM, True),  # custom all-reduce, then a separate FusedAddRMSNormKernel
+])
+def test_real_kernel_names_fire_or_stay_silent(ar: str, follower: str, fires: bool) -> None:
+    ar_bucket, ar_sub = _classified(ar)
+    f_bucket, f_sub = _classified(follower)
+    assert ar_bucket == "communication"
+    kernels, ranges = [], [(0, 1000 * US, "gpu_user_annotation", "ProfilerStep#0", 0)]
+    for i in range(4):
+        t = i * 250 * US
+        kernels += [(t, t + 100 * US, 0, 7, "nvjet_gemm", "gemm", "dense"),
+                    (t + 100 * US, t + 120 * US, 0, 7, ar, ar_bucket, ar_sub),
+                    (t + 122 * US, t + 132 * US, 0, 7, follower, f_bucket, f_sub),
+                    (t + 132 * US, t + 250 * US, 0, 7, "nvjet_gemm", "gemm", "dense")]
+    s = ta.summary([make_trace(kernels, ranges=ranges, path="r.json", device_names={0: "NVIDIA H200"})])
+    assert (_found(s, "allreduce_not_fused") is not None) is fires
