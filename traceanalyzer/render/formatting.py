@@ -74,6 +74,16 @@ def device_label(rank: int, device: int, name: str | None = None, *, with_name: 
 ISSUE_ONLY_MAX_RATIO = 0.9  # show the NCCL-issue-only reading of a host-bound what-if when it is this much smaller
 
 
+def range_text(what_if: Any) -> str:
+    """The what-if's range with the reading each end comes from and its confidence (``details.range_ns``,
+    ``range_basis``, ``confidence``); ``""`` when it has none."""
+    rng, names = what_if.details.get("range_ns"), what_if.details.get("range_basis")
+    if not rng or not names or what_if.comm_free_step_saving_ns is None:
+        return ""
+    return (f"range {fmt_ns(rng[0])} ({names[0]}) – {fmt_ns(rng[1])} ({names[1]}), "
+            f"confidence {what_if.details.get('confidence', '?')}")
+
+
 def issue_only_text(what_if: Any) -> str:
     """The what-if counting only NCCL's own issue range of each collective (``details.issue_only_saving_ns``),
     where the step is host-bound and that reading differs; else ``""``."""

@@ -24,6 +24,7 @@ from .formatting import (
     fmt_pct,
     issue_only_text,
     pct_of,
+    range_text,
     runs_lines,
     step_source_text,
 )
@@ -118,7 +119,7 @@ def headline(summary: Summary) -> list[dict[str, str]]:
     saving = summary.what_if.comm_free_step_saving_ns
     if saving is not None:
         sub = [f"{fmt_pct(pct_of(saving, step))} of the step"] if step else []
-        sub += [f"basis: {summary.what_if.basis}", issue_only_text(summary.what_if)]
+        sub += [f"basis: {summary.what_if.basis}", range_text(summary.what_if), issue_only_text(summary.what_if)]
         cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
                       "sub": " · ".join(part for part in sub if part)})
     span = sum(d.span_ns for d in devices)

@@ -20,6 +20,7 @@ from .formatting import (
     fmt_pct,
     issue_only_text,
     pct_of,
+    range_text,
     runs_lines,
     step_source_text,
 )
@@ -188,9 +189,8 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     wi = summary.what_if
     saving = "not determined" if wi.comm_free_step_saving_ns is None else \
         f"{fmt_ns(wi.comm_free_step_saving_ns)} per step"
-    issue_only = issue_only_text(wi)
-    con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" + (f"; {issue_only}" if issue_only
-                                                                                   else "")))
+    extra = [part for part in (range_text(wi), issue_only_text(wi)) if part]
+    con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" + "".join(f"; {p}" for p in extra)))
     if summary.cross_rank is not None:
         con.print(_text("Cross-rank"), style="bold")
         for line in _cross_rank_lines(summary.cross_rank):
