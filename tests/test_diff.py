@@ -298,3 +298,12 @@ def test_a_ready_summary_is_a_side_and_is_left_intact() -> None:
     result = diff(summary, stepped_trace(110, 30))
     assert result.step["delta_ns"] == 10 and summary.devices[0].activity is not None
     assert result.before.summary.devices[0].activity is None  # the side keeps no loaded trace
+
+
+def test_a_side_holding_two_runs_is_not_comparable() -> None:
+    one = stepped_trace(100, 20)
+    other = replace(stepped_trace(100, 20), path="other_run.json")  # rank 0 again: another run
+    result = diff([one, other], one)
+    assert len(result.before.summary.extra["runs"]) == 2
+    assert any("before side holds 2 different runs" in r for r in result.reasons)
+    assert result.step["verdict"] == "not comparable"

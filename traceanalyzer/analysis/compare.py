@@ -131,12 +131,15 @@ def _layers_per_step(summary: Summary) -> int | None:
 
 
 def _world_size(summary: Summary) -> int:
-    """The job's world size: the largest one a trace declares (Kineto ``distributedInfo``, nsys processes), else
-    the number of ranks loaded (one rank file of an 8-rank job is still an 8-rank job)."""
+    """The job's world size: the primary run's (``analysis.runs``), else the largest one a trace declares (Kineto
+    ``distributedInfo``, nsys processes), else the number of ranks loaded (one rank file of an 8-rank job is still
+    an 8-rank job)."""
+    runs = summary.extra.get("runs") or []
     declared = [d.activity.trace.world_size for d in summary.devices
                 if d.activity is not None and d.activity.trace.world_size]
     ranks = {r for t in summary.traces for r in t.ranks}
-    return max([*declared, len(ranks)])
+    primary = runs[0].get("world_size") if runs else None
+    return int(primary) if primary else max([*declared, len(ranks)])
 
 
 def build_side(summary: Summary) -> DiffSide:
@@ -189,6 +192,10 @@ def _comparability(before: DiffSide, after: DiffSide, overlap: float | None) -> 
             reasons.append(f"no steps detected in the {name} run")
         elif side.step_source == "none":
             reasons.append(f"no steps detected in the {name} run: its whole trace counts as one step")
+    for side, name in ((before, "before"), (after, "after")):
+        runs = side.summary.extra.get("runs") or []
+        if len(runs) > 1:
+            reasons.append(f"the {name} side holds {len(runs)} different runs (run identity: analysis/runs.py)")
     if before.world_size != after.world_size:
         reasons.append(f"world size differs: {before.world_size} vs {after.world_size} ranks")
     if before.layers_per_step and after.layers_per_step and before.layers_per_step != after.layers_per_step:
