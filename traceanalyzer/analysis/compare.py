@@ -31,6 +31,7 @@ MIN_NOISE_PCT = 1.0  # noise floor never below this % of the before step (a trac
 MIN_KERNEL_OVERLAP = 0.5  # below this share of kernel time matched, the runs are different workloads
 MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal distribution
 VERDICTS = ("faster", "slower", "same", "not comparable")
+CONFIDENCE = ("low", "medium", "high")  # DeviceSummary.step_confidence, weakest first
 
 
 @dataclass
@@ -45,6 +46,7 @@ class DiffSide:
     world_size: int
     layers_per_step: int | None
     step_source: str
+    step_confidence: str = "low"  # the lowest of the devices' (high: marked by the program … low: detected)
     kernel_groups: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # per device-step, by name
     collective_table: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # per device-step, by kind
 
@@ -53,7 +55,7 @@ class DiffSide:
                                                                                     self.summary.traces}),
                 "step_ns": self.step_ns, "spread_ns": self.spread_ns, "steps": self.steps,
                 "world_size": self.world_size, "layers_per_step": self.layers_per_step,
-                "step_source": self.step_source}
+                "step_source": self.step_source, "step_confidence": self.step_confidence}
 
 
 @dataclass
@@ -119,14 +121,9 @@ def _round_parts(parts: dict[str, float]) -> dict[str, int]:
 
 
 def _layers_per_step(summary: Summary) -> int | None:
-    counts = []
-    for dev in summary.devices:
-        table = dev.per_layer
-        if dev.layer_source == "none" or not len(table) or "step" not in table:
-            continue
-        per = table[table["step"] >= 0].groupby("step").size()
-        if len(per):
-            counts.append(int(np.median(per.to_numpy())))
+    """The median over devices of the summary's layers per step (``DeviceSummary.layers_per_step``), None when no
+    device found layers."""
+    counts = [d.layers_per_step for d in summary.devices if d.layers_per_step]
     return int(np.median(counts)) if counts else None
 
 
@@ -164,16 +161,19 @@ def build_side(summary: Summary) -> DiffSide:
         parts.append(rows[component_columns(frame)].mean())
     world = _world_size(summary)
     sources = ", ".join(sorted({d.step_source for d in summary.devices if d.steps})) or "none"
+    levels = [d.step_confidence for d in summary.devices if d.step_confidence in CONFIDENCE]
+    confidence = min(levels, key=CONFIDENCE.index) if levels else "low"
     groups = kernel_groups(summary.devices)
     collectives = collective_table(summary.devices,
                                    summary.cross_rank.per_collective if summary.cross_rank else None)
     light = replace(summary, devices=[replace(d, activity=None) for d in summary.devices])
     if not parts:
-        return DiffSide(light, None, 0, 0, {}, world, _layers_per_step(summary), sources, groups, collectives)
+        return DiffSide(light, None, 0, 0, {}, world, _layers_per_step(summary), sources, confidence, groups,
+                        collectives)
     mean_parts = pd.concat(parts, axis=1).fillna(0.0).mean(axis=1)
     components = _round_parts({str(k): float(v) for k, v in mean_parts.items()})
     return DiffSide(light, sum(components.values()), round(max(spreads)), steps, components, world,
-                    _layers_per_step(summary), sources, groups, collectives)
+                    _layers_per_step(summary), sources, confidence, groups, collectives)
 
 
 def _attribution(before: DiffSide, after: DiffSide) -> list[dict[str, Any]]:
@@ -225,6 +225,10 @@ def compare(side_b: DiffSide, side_a: DiffSide, *, min_noise_pct: float = MIN_NO
     overlap = kernel_overlap(kernels)
     reasons = _comparability(side_b, side_a, overlap)
     warnings = [f"before: {w}" for w in before.warnings] + [f"after: {w}" for w in after.warnings]
+    for side, name in ((side_b, "before"), (side_a, "after")):
+        if side.step_ns is not None and side.step_confidence == "low":
+            warnings.append(f"the {name} run's steps were detected with low confidence ({side.step_source}): check "
+                            "that both sides' steps are the same unit of work")
     models = [sorted({d.name for d in s.devices if d.name}) for s in (before, after)]
     if all(models) and models[0] != models[1]:
         warnings.insert(0, f"GPU models differ ({', '.join(models[0])} vs {', '.join(models[1])}): the diff "

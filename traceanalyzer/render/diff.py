@@ -52,7 +52,8 @@ def side_rows(result: DiffResult) -> list[tuple[str, str, str]]:
                 "format": ", ".join(sorted({t.format for t in traces})),
                 "ranks (world size)": str(side.world_size),
                 "devices": str(len(side.summary.devices)),
-                "steps (all devices)": str(side.steps), "step source": side.step_source,
+                "steps (all devices)": str(side.steps),
+                "step source": f"{side.step_source} ({side.step_confidence} confidence)",
                 "layers per step": "—" if side.layers_per_step is None else str(side.layers_per_step),
                 "median step": f"{_ms(side.step_ns)} ms", "step-to-step spread": f"±{_ms(side.spread_ns)} ms"}
 
