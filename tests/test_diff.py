@@ -231,6 +231,8 @@ def test_a_run_without_steps_is_not_comparable() -> None:
     result = diff(flat, flat)
     assert result.before.step_source == "none" and result.step["verdict"] == "not comparable"
     assert any("whole trace counts as one step" in r for r in result.reasons)
+    assert result.before.step_confidence == "low" and any("low confidence" in w for w in result.warnings)
+    assert diff(stepped_trace(100, 20), stepped_trace(100, 20)).before.step_confidence in ("medium", "high")
     assert sum(a["delta_ns"] for a in result.attribution) == result.step["delta_ns"] == 0
 
 
