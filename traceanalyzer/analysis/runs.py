@@ -162,7 +162,8 @@ def group_runs(traces: list[Trace], devices: list[DeviceSummary]) -> list[Run]:
 
 
 def run_warnings(runs: list[Run]) -> list[str]:
-    """Warnings for runs other than the primary and for missing ranks."""
+    """Warnings for runs other than the primary and for the primary's missing ranks (each run's own count is in
+    ``runs[].ranks_missing``)."""
     out: list[str] = []
     if not runs:
         return out
@@ -173,9 +174,8 @@ def run_warnings(runs: list[Run]) -> list[str]:
         out.append(f"{names}: not the same run as {', '.join(Path(p).name for p in primary.paths)} ({why}); "
                    "cross-rank matching, stragglers and the what-if use the first run only, per-rank results "
                    "are shown for every file")
-    for run in runs:
-        if run.ranks_missing:
-            out.append(f"{run.ranks_missing} of {run.world_size} ranks are missing (given: ranks "
-                       f"{', '.join(map(str, run.ranks[:8]))}{' …' if len(run.ranks) > 8 else ''}); cross-rank "
-                       "results are partial: they hold for the given ranks only")
+    if primary.ranks_missing:
+        out.append(f"{primary.ranks_missing} of {primary.world_size} ranks are missing (given: ranks "
+                   f"{', '.join(map(str, primary.ranks[:8]))}{' …' if len(primary.ranks) > 8 else ''}); cross-rank "
+                   "results are partial: they hold for the given ranks only")
     return out
