@@ -110,3 +110,9 @@ def test_fixture_ab_runs_without_communication_are_faster() -> None:
     removed = result.kernels[result.kernels["match"] == "removed"]
     assert list(removed["bucket"]) == ["communication"]
     assert _comm(result) < 0 and any(f["status"] == "resolved" for f in result.findings)
+    # the same processes timed without the profiler: with all-reduces slower than without, as the diff says
+    for rank in (0, 1):
+        rounds = json.loads((FIX / "truth" / "ab" / f"decode_eager_c_rank{rank}.json").read_text())["rounds"]
+        with_comm = np.median([x for r in rounds for x in r["comm_step_ms"]])
+        without = np.median([x for r in rounds for x in r["nocomm_step_ms"]])
+        assert with_comm - without > result.step["noise_ns"] / 1e6
