@@ -309,3 +309,13 @@ def test_a_side_holding_two_runs_is_not_comparable() -> None:
     assert len(result.before.summary.extra["runs"]) == 2
     assert any("before side holds 2 different runs" in r for r in result.reasons)
     assert result.step["verdict"] == "not comparable"
+
+
+def test_different_layer_counts_are_not_comparable() -> None:
+    from traceanalyzer.analysis.compare import build_side, compare
+    from traceanalyzer.pipeline import summarize
+
+    side = build_side(summarize([stepped_trace(100, 20)]))
+    result = compare(replace(side, layers_per_step=4), replace(side, layers_per_step=8))
+    assert result.reasons == ["layers per step differ: 4 vs 8"] and result.step["verdict"] == "not comparable"
+    assert compare(replace(side, layers_per_step=4), replace(side, layers_per_step=None)).comparable
