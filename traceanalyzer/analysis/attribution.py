@@ -83,9 +83,10 @@ def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: l
     k = act.kernels
     claimed = iv.empty()
     compute_buckets = [b for b in order if b != COMMUNICATION]
-    present = sorted(set(act.kernel_bucket[~act.kernel_is_comm].tolist()) - set(compute_buckets))
+    names = act.kernel_bucket.astype(str)  # a bucket the rules do not know still gets its own component
+    present = sorted(set(names[~act.kernel_is_comm].tolist()) - set(compute_buckets))
     for bucket in [*compute_buckets, *present]:
-        sel = (act.kernel_bucket == bucket) & ~act.kernel_is_comm
+        sel = (names == bucket) & ~act.kernel_is_comm
         if not sel.any():
             continue
         own = iv.difference(iv.union(k["start_ns"][sel], k["end_ns"][sel]), claimed)
