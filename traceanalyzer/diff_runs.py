@@ -42,7 +42,7 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
     The two sides are independent: where a second CPU is free, one is loaded and summarized in a forked helper
     while this process does the other (``loaders.beside.share``; errors are those of a serial run).
     """
-    from .loaders.beside import share
+    from .loaders.beside import PROCESSES_ENV, share
     from .pipeline import summary as summarize_side
 
     inputs = (before, after)
@@ -53,6 +53,8 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
         given = inputs[i]
         if isinstance(given, Summary):
             return build_side(given)
+        if os.getpid() != parent:  # the helper: the second CPU is taken now, no decode helper of its own
+            os.environ[PROCESSES_ENV] = "1"
         mine = {"progress": progress} if progress is not None and os.getpid() == parent else {}
         return build_side(summarize_side(_as_list(given), **options, **mine))
 
