@@ -2,9 +2,8 @@
 ``ta.summary(after)``, best of ``--runs`` (wall and CPU time, this process plus its helpers), interleaved round
 by round, in one process.
 
-``diff`` summarizes the two sides side by side when a second CPU is free (``loaders.beside``: not when the
-1-minute load average leaves no CPU; ``TRACEANALYZER_DECODE_PROCESSES=1`` never, ``=2`` always — the same setting
-also governs the Kineto loader's decode helper inside both timings).
+``TRACEANALYZER_DECODE_PROCESSES`` (``1``: never, ``2``: always) governs the Kineto loader's decode helper in both
+timings alike.
 
     python benchmarks/bench_diff.py [--runs 3] [BEFORE AFTER]
 

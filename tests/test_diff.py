@@ -320,10 +320,3 @@ def test_different_layer_counts_are_not_comparable() -> None:
     assert result.reasons == ["layers per step differ: 4 vs 8"] and result.step["verdict"] == "not comparable"
     assert compare(replace(side, layers_per_step=4), replace(side, layers_per_step=None)).comparable
 
-
-def test_side_by_side_equals_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
-    pair = (AB / "tp2_decode_eager_c", AB / "tp2_decode_eager_c_nocomm")
-    monkeypatch.setenv("TRACEANALYZER_DECODE_PROCESSES", "1")
-    serial = diff(*pair).to_json()
-    monkeypatch.setenv("TRACEANALYZER_DECODE_PROCESSES", "2")  # fork a helper for the second side
-    assert diff(*pair).to_json() == serial

@@ -7,7 +7,6 @@ package with the module.)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,25 +38,15 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
     Traces, or a ready Summary; ``options`` are summary options (``rules``, ``step_range``, ``layer_pattern``,
     ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.errors.BadInputError` naming the file.
 
-    The two sides are independent: where a second CPU is free, one is loaded and summarized in a forked helper
-    while this process does the other (``loaders.beside.share``; errors are those of a serial run).
+    The sides are summarized one after the other, each exactly as ``summary`` does it (with its decode helper for
+    big Kineto files), and reduced by :func:`~.analysis.compare.build_side` before the next one is loaded.
     """
-    from .loaders.beside import PROCESSES_ENV, share
     from .pipeline import summary as summarize_side
 
-    inputs = (before, after)
-    progress = options.pop("progress", None)
-    parent = os.getpid()
-
-    def side(i: int) -> DiffSide:
-        given = inputs[i]
+    def side(given: Any) -> DiffSide:
         if isinstance(given, Summary):
             return build_side(given)
-        if os.getpid() != parent:  # the helper: the second CPU is taken now, no decode helper of its own
-            os.environ[PROCESSES_ENV] = "1"
-        mine = {"progress": progress} if progress is not None and os.getpid() == parent else {}
-        return build_side(summarize_side(_as_list(given), **options, **mine))
+        return build_side(summarize_side(_as_list(given), **options))
 
-    needs_work = sum(not isinstance(x, Summary) for x in inputs)
-    side_b, side_a = share(2, side, min_items=2 if needs_work == 2 else 3)
-    return compare(side_b, side_a, min_noise_pct=min_noise_pct)
+    side_b = side(before)
+    return compare(side_b, side(after), min_noise_pct=min_noise_pct)
