@@ -26,7 +26,11 @@ def _best(findings: list[Finding]) -> list[Finding]:
 
 
 def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
-    """Per rank: median per step of its wait inside matched collectives, and of the SM-idle part of that wait."""
+    """Per rank: median per step of its wait inside matched collectives, and of the SM-idle part of that wait
+    (computed once per context)."""
+    if "wait_by_rank" in ctx.memo:
+        cached: dict[str, dict[str, int]] = ctx.memo["wait_by_rank"]
+        return cached
     out: dict[str, dict[str, int]] = {}
     for dev in ctx.summary.devices:
         c = ctx.collectives(dev)
@@ -36,6 +40,7 @@ def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
         out[str(dev.rank)] = {"wait_ns_per_step": per_step_median(ctx.steps(dev), idx, c["wait_ns"].to_numpy()),
                               "exposed_wait_ns_per_step": per_step_median(ctx.steps(dev), idx,
                                                                           c["exposed_wait_ns"].to_numpy())}
+    ctx.memo["wait_by_rank"] = out
     return out
 
 
