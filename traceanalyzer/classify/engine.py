@@ -141,7 +141,7 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
     norm = normalize_name(raw)
     fn = head(norm)
     lname, lfn = norm.lower(), fn.lower()
-    rule: Rule | None = next((r for r in rules.rules if r.matches(norm, fn, lname, lfn)), None)
+    rule: Rule | None = rules.first_match(norm, fn, lname, lfn)
     truncated = is_truncated(raw)
     extra_tags = ("truncated",) if truncated else ()
     if rule is None:

@@ -24,12 +24,13 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..errors import RulesError
+from .prefilter import required_literals
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,6 +64,7 @@ class Rule:
     confidence: str = "high"
     source: str = "default"
     lowercase: bool = False  # case-insensitive rule compiled for lower-cased text (3x faster than IGNORECASE)
+    literals: tuple[str, ...] | None = None  # one of them is in every text the pattern matches (prefilter)
 
     def matches(self, name: str, head: str, lname: str, lhead: str) -> bool:
         """Whether this rule applies to a normalised name.
@@ -84,6 +86,30 @@ class RuleSet:
 
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = field(default_factory=tuple)
+
+    @cached_property
+    def _plan(self) -> tuple[tuple[Rule, int, tuple[str, ...]], ...]:
+        """Per rule: which text it reads (0 name, 1 head, 2 lower name, 3 lower head) and its literals."""
+        return tuple((r, (2 if r.lowercase else 0) + (1 if r.on_head else 0), r.literals or ()) for r in self.rules)
+
+    def first_match(self, name: str, head: str, lname: str, lhead: str) -> Rule | None:
+        """The first rule that applies (as ``Rule.matches`` tried in order), its regex searched only when the
+        text holds one of the rule's required literals."""
+        texts = (name, head, lname, lhead)
+        for rule, which, literals in self._plan:
+            text = texts[which]
+            if literals:
+                for lit in literals:
+                    if lit in text:
+                        break
+                else:
+                    continue
+            if rule.not_prefix and name.startswith(rule.not_prefix):
+                continue
+            if rule.pattern.search(text) and (rule.exclude is None
+                                              or not rule.exclude.search(lname if rule.lowercase else name)):
+                return rule
+        return None
 
 
 def _fail(path: str, problem: str) -> RulesError:
@@ -161,6 +187,7 @@ def compile_rule(raw: Any, index: int, path: str) -> Rule:
         confidence=_choice(raw, "confidence", CONFIDENCES, where, path) or "high",
         source=path,
         lowercase=lowercase,
+        literals=required_literals(pattern),
     )
 
 
