@@ -243,6 +243,32 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
 
+def _steps_of(trace: Trace, dev: DeviceSummary, act: DeviceActivity, host: HostEvidence, rows: pd.DataFrame,
+              calls: pd.DataFrame) -> pd.DataFrame:
+    """Per step of one rank (ns): the saving and its parts, contention and the issue-only variant."""
+    # host work slowed right after each call, counted with the call's own host time
+    slowed = pd.Series(host_slowed_after_calls(trace, act, calls), index=calls["start_ns"].to_numpy(np.int64))
+    slowed = slowed[~slowed.index.duplicated()]
+    rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
+    steps = _segment_savings(rows, host, whole_call=True)
+    issue_only = _segment_savings(rows, host).reindex(steps.index).fillna(0)
+    # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
+    # would not slow it once communication is free, and that rank is not the one setting the step)
+    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
+    busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
+    share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
+    steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
+    steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
+    steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
+    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + steps["contention_ns"]).astype(np.int64)
+    return steps
+
+
+STEP_COLUMNS = ("saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
+                "host_issue_ns", "slowed_ns", "launch_bound", "collectives", "contention_ns", "own_ns",
+                "nccl_issue_ns", "issue_only_own_ns")
+
+
 def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
                 ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
@@ -259,21 +285,10 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         first = int(max(rows["op"].max(), rows["call_op"].max(), -1)) + 1 if len(rows) else 0
         rows = pd.concat([rows, _host_only_rows(cpu_side, first)], ignore_index=True) if len(rows) else \
             _host_only_rows(cpu_side, first)
-    # host work slowed right after each call, counted with the call's own host time
-    slowed = pd.Series(host_slowed_after_calls(trace, act, calls), index=calls["start_ns"].to_numpy(np.int64))
-    slowed = slowed[~slowed.index.duplicated()]
-    rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
-    steps = _segment_savings(rows, host, whole_call=True)
-    issue_only = _segment_savings(rows, host).reindex(steps.index).fillna(0)
-    # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
-    # would not slow it once communication is free, and that rank is not the one setting the step)
-    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
-    busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
-    share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
-    steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
-    steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
-    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + steps["contention_ns"]).astype(np.int64)
+    if (rows["step"].to_numpy() >= 0).any():
+        steps = _steps_of(trace, dev, act, host, rows, calls)
+    else:  # no collective inside a step window: nothing to count per step (the evidence below still holds)
+        steps = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS})
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
