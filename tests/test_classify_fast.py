@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from traceanalyzer.classify import classify_names, rule_set
+from traceanalyzer.classify import classify_names, classify_one, rule_set
+from traceanalyzer.classify.engine import classify_many
 from traceanalyzer.classify.normalize import head, normalize_name
 from traceanalyzer.classify.prefilter import required_literals
 from traceanalyzer.classify.rules import Rule, RuleSet, parse_rules
@@ -120,3 +121,11 @@ def test_many_distinct_names_classify_like_the_reference() -> None:
     for c in got:
         ref = _reference(rules, c.name)
         assert c.rule == (ref.id if ref else "fallback.other"), c.name
+
+
+def test_names_split_across_processes_classify_as_in_one() -> None:
+    base = _corpus(None)
+    names = [f"{base[i % len(base)]}<{i}>" for i in range(3000)]
+    rules = rule_set()
+    split = classify_many(names, rules, parallel_min=1000)
+    assert split == [classify_one(n, rules) for n in names]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -165,10 +167,38 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
     )
 
 
+PARALLEL_MIN_NAMES = 50_000  # distinct names from which classification is split across processes
+
+
+def classify_many(names: list[str], rules: RuleSet, *, parallel_min: int = PARALLEL_MIN_NAMES) -> list[KernelClass]:
+    """``classify_one`` of every name, in order. From ``parallel_min`` names on (and with more than one CPU, in
+    a main process on a platform that forks), halves of the list are classified in forked processes."""
+    workers = min(os.cpu_count() or 1, 8)
+    if len(names) < max(parallel_min, 2) or workers < 2 or multiprocessing.parent_process() is not None \
+            or "fork" not in multiprocessing.get_all_start_methods():
+        return [classify_one(n, rules) for n in names]
+    size = -(-len(names) // workers)
+    chunks = [names[i:i + size] for i in range(0, len(names), size)]
+    ctx = multiprocessing.get_context("fork")
+    global _FORK_RULES
+    _FORK_RULES = rules  # inherited by the forked workers: no rule set is pickled
+    try:
+        with ctx.Pool(len(chunks)) as pool:
+            parts = pool.map(_classify_chunk, chunks)
+    finally:
+        _FORK_RULES = None
+    return [c for part in parts for c in part]
+
+
+_FORK_RULES: RuleSet | None = None
+
+
+def _classify_chunk(names: list[str]) -> list[KernelClass]:
+    assert _FORK_RULES is not None
+    return [classify_one(n, _FORK_RULES) for n in names]
+
+
 def classify_unique(names: list[str], rules: RuleSet) -> dict[str, KernelClass]:
     """Each distinct name classified once."""
-    out: dict[str, KernelClass] = {}
-    for name in names:
-        if name not in out:
-            out[name] = classify_one(name, rules)
-    return out
+    distinct = list(dict.fromkeys(names))
+    return dict(zip(distinct, classify_many(distinct, rules), strict=True))
