@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .errors import BadInputError, EmptyTraceError
+from .limits import Window, parse_window
 from .loaders import ProgressFn, detect_format, expand_paths, load_one
 from .trace import Trace
 
@@ -19,14 +20,15 @@ DEFAULT_LAYER_PATTERN = r"layer_?\d+"  # NVTX / record_function ranges that mark
 
 
 def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
-         progress: ProgressFn | None = None) -> Trace:
+         progress: ProgressFn | None = None, window: str | Window | None = None) -> Trace:
     """Load one trace file (nsys SQLite export or Kineto JSON/.json.gz) into a normalized :class:`Trace`.
 
     With ``classify`` (default) the kernel table gets bucket/sub-bucket/precision/rule columns from the
     default rules, extended by the user rules file ``rules`` when given, then the context pass (expert GEMMs inside
     ``moe``/``experts`` ranges → moe_gemm; SendRecv inside ``all_to_all`` ranges → sub-bucket all_to_all).
+    ``window`` (``"START:END"`` seconds from the capture start) keeps the activity starting inside it.
     """
-    trace = load_one(path, progress=progress)
+    trace = load_one(path, progress=progress, window=parse_window(window))
     return classified(trace, rules) if classify else trace
 
 
@@ -38,18 +40,19 @@ def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
 
 
 def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,
-              jobs: int = 1, progress: ProgressFn | None = None) -> list[Trace]:
+              jobs: int = 1, progress: ProgressFn | None = None, window: str | Window | None = None) -> list[Trace]:
     """Load several files or directories of rank traces; one Trace per file, in path order.
 
-    ``jobs > 1`` loads files in that many worker processes.
+    ``jobs > 1`` loads files in that many worker processes; ``window`` as :func:`load`.
     """
+    win = parse_window(window)
     files = expand_paths(list(paths))
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
-        traces = map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress)
+        traces = map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress, window=win)
     else:
-        traces = [load(f, rules=rules, classify=classify, progress=progress) for f in files]
+        traces = [load(f, rules=rules, classify=classify, progress=progress, window=win) for f in files]
     return assign_ranks_across_files(traces)
 
 
@@ -79,13 +82,14 @@ def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
 def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
-                    progress: ProgressFn | None = None) -> Any:
+                    progress: ProgressFn | None = None, window: str | Window | None = None) -> Any:
     """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
     commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields.
 
     Returns an ``analysis.results.Summary``; errors as :func:`load_for_summary`.
     """
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
+    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
+                              window=window)
     from .analysis.summary import SummaryOptions, summarize
 
     return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
@@ -94,14 +98,15 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                      layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                     progress: ProgressFn | None = None) -> list[Trace]:
+                     progress: ProgressFn | None = None, window: str | Window | None = None) -> list[Trace]:
     """:func:`load_many` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
     has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file."""
     from .loaders.beside import meanwhile
 
     check_layer_pattern(layer_pattern)
+    win = parse_window(window)
     with meanwhile(_prepare_summary):
-        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
+        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress, window=win)
     require_kernels(traces, paths)
     return traces
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import errors
+from .limits import Window
 from .loaders import ProgressFn
 from .trace import Trace
 
@@ -20,7 +21,7 @@ PathLike = str | Path
 
 
 def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 2,
-              progress: ProgressFn | None = None) -> list[Trace]:
+              progress: ProgressFn | None = None, window: Window | None = None) -> list[Trace]:
     """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order.
 
     A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file; the
@@ -33,7 +34,7 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     out: list[Trace | None] = [None] * len(paths)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[Any], int] = {
-            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify): i
+            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, window): i
             for i, p in enumerate(paths)
         }
         pending = set(futures)
@@ -47,12 +48,13 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     return [t for t in out if t is not None]
 
 
-def _load_in_worker(path: str, rules: str | None, classify: bool) -> tuple[str, Any]:
+def _load_in_worker(path: str, rules: str | None, classify: bool, window: Window | None = None
+                    ) -> tuple[str, Any]:
     """Worker side: ``("ok", trace)`` or ``("error", details)`` — exceptions never cross the process boundary."""
     from .api import load
 
     try:
-        return "ok", load(path, rules=rules, classify=classify)
+        return "ok", load(path, rules=rules, classify=classify, window=window)
     except errors.BadInputError as exc:
         return "bad_input", (type(exc).__name__, exc.path, exc.problem, exc.hint)
     except Exception as exc:  # an internal failure: reported in the parent with the file name

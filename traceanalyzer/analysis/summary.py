@@ -147,7 +147,8 @@ def _named(path: PathLike, warning: str) -> str:
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
     """``ta.summary(...)``: summarize loaded Traces, or trace files / directories (loaded and classified first).
 
-    ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…).
+    ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…)
+    and, for paths, ``window`` (``"START:END"`` seconds from the capture start).
     """
     items = list(traces_or_paths) if isinstance(traces_or_paths, (list, tuple)) else [traces_or_paths]
     traces = [t for t in items if isinstance(t, Trace)]
@@ -156,7 +157,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     if traces:
         raise TypeError("pass either Trace objects or paths, not both")
     fields = set(SummaryOptions.__dataclass_fields__)
-    unknown = set(options) - fields - {"progress"}
+    unknown = set(options) - fields - {"progress", "window"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     from ..api import summarize_paths
