@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_bench import measure_once  # noqa: E402
+from run_bench import measure_once
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "nsys" / "tp2_prefill_serial.sqlite"
 ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -101,7 +101,8 @@ def measure(path: Path, rounds: int, nsys_ai: str | None) -> None:
             run = measure_once(label, cmd)
             results[label].append((run.wall_s, run.cpu_s, run.peak_rss_mb) if run.returncode == 0 else
                                   (float("nan"),) * 3)
-    print(f"\n{path.name}: {path.stat().st_size / 1e6:.0f} MB\n| command | wall s | CPU s | peak RSS MB |\n|---|---|---|---|")
+    print(f"\n{path.name}: {path.stat().st_size / 1e6:.0f} MB")
+    print("| command | wall s | CPU s | peak RSS MB |\n|---|---|---|---|")
     for label, runs in results.items():
         print(f"| {label} | " + " | ".join(", ".join(f"{r[i]:g}" for r in runs) for i in range(3)) + " |")
 

@@ -12,7 +12,7 @@ import pytest
 
 from traceanalyzer import load
 from traceanalyzer.errors import BadInputError
-from traceanalyzer.limits import Window, json_size, kineto_estimate, nsys_estimate, parse_window
+from traceanalyzer.loaders.limits import Window, json_size, kineto_estimate, nsys_estimate, parse_window
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS = REPO / "fixtures" / "nsys" / "tp2_prefill_serial.sqlite"

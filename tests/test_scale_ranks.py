@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from traceanalyzer.analysis.summary import summary
+from traceanalyzer.pipeline import summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from gen_ranks import replicate, tiny

@@ -7,15 +7,14 @@ only when every match of the pattern contains it (``tests/test_classify_fast.py`
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from typing import Any
 
-try:  # Python ≥ 3.11
-    from re import _constants as _c
-    from re import _parser as _p
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _p  # type: ignore[no-redef]
+# the standard library's own regex parser (re._parser since Python 3.11, sre_parse before)
+_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
+_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 
 _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT} | ({_c.POSSESSIVE_REPEAT} if hasattr(_c, "POSSESSIVE_REPEAT") else set())
 _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
@@ -45,7 +44,7 @@ def _sequence(items: Any) -> frozenset[str] | None:
             need = None if add_flags & (re.IGNORECASE | re.VERBOSE) else _sequence(sub)
         elif op is _c.BRANCH:
             branches = [_sequence(b) for b in av[1]]
-            need = None if any(b is None for b in branches) else frozenset().union(*branches)  # type: ignore[arg-type]
+            need = None if any(b is None for b in branches) else frozenset[str]().union(*branches)  # type: ignore[arg-type]
         elif op in _REPEATS:
             low, _high, sub = av
             need = _sequence(sub) if low >= 1 else None

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from ..limits import Window, check_memory, nsys_estimate, window_views
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
-from . import NSYS, ProgressFn
+from .detect import NSYS, ProgressFn
+from .limits import Window, check_memory, nsys_estimate, window_views
 from .nsys_meta import (
     GpuCatalog,
     RankAssignment,
@@ -59,8 +59,8 @@ _Columns = dict[str, np.ndarray]
 def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[str] | None = None,
          window: Window | None = None) -> Trace:
     """Load an nsys SQLite export. ``tables`` limits the optional tables read (kernels are always read);
-    ``window`` keeps only the activity starting inside it (read through SQLite views, see :mod:`..limits`).
-    Before reading, the memory needed is estimated from row counts (:func:`~traceanalyzer.limits.check_memory`).
+    ``window`` keeps only the activity starting inside it (read through SQLite views, see :mod:`.limits`).
+    Before reading, the memory needed is estimated from row counts (:func:`~traceanalyzer.loaders.limits.check_memory`).
 
     ``progress(done_rows, total_rows)`` is called after every fetched chunk. Raises
     :class:`~traceanalyzer.errors.BadInputError` for files that are not nsys exports or are corrupt.

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BadInputError
-from .trace import Trace
+from ..errors import BadInputError
+from ..trace import Trace
 
 # Peak bytes per row of the nsys load (typed columns, string interning and the transient copies of sorting),
 # measured on a 400x grown tp2 prefill export (benchmarks/grow_nsys.py; docs/SCALE.md), rounded up.
