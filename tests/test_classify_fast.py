@@ -129,3 +129,62 @@ def test_names_split_across_processes_classify_as_in_one() -> None:
     rules = rule_set()
     split = classify_many(names, rules, parallel_min=1000)
     assert split == [classify_one(n, rules) for n in names]
+
+
+# -- the gated normalisation and the lower-case precision patterns against their plain definitions ---------------
+def _normalize_reference(raw: str) -> str:
+    from traceanalyzer.classify import normalize as n
+
+    name = n._ROCM_SUFFIX.sub("", raw.strip())
+    name = n._ROCM_SUFFIX.sub("", name)
+    if name.startswith("_Z"):
+        name = n.demangle(name)
+    name = n._TRUNCATED.sub("", name)
+    name = n._SPACES.sub(" ", name)
+    name = n._strip_enable_if(n._RETURN_TYPE.sub("", name))
+    name = n._ANON.sub("(anonymous namespace)", name)
+    if "<" in name or "(" in name:
+        text = n._BOOL_CAST.sub(lambda m: "true" if m.group(1) == "1" else "false", name)
+        name = n._INT_SUFFIX.sub(r"\1", n._BUILTIN_CAST.sub(r"\1", text))
+        while True:
+            collapsed = n._CLOSE.sub(">>", name)
+            if collapsed == name:
+                break
+            name = collapsed
+        name = n._PTR_SPACE.sub(r"\1", name)
+    return name.strip()
+
+
+def _precision_reference(name: str) -> str:
+    from traceanalyzer.classify import engine as e
+
+    nvjet = e._NVJET_TYPES.match(name)
+    if nvjet:
+        return e._NVJET_CODES.get(nvjet.group(1), "unknown")
+    text = e._DTYPE_LIST_IN_NAME.sub("", e._template_part(name))
+    return next((p for p, pattern in e._PRECISION_PATTERNS if pattern.search(text)), "unknown")
+
+
+def _tricky(names: list[str]) -> list[str]:
+    extra = ["void f<(bool)1, 4096ul>(T1 const *, int &) [clone .kd]", "k<a >  > ...", "x\tgemm  (int)\n*",
+             "{anonymous}::k<<unnamed>::T>", "{anonymous}::kernel_a<int>", "ſgemm_kernel", "Kernel_fp16\u212a",
+             "__nv_bfloat16 … ",
+             "cutlass::Kernel<float, 2> *", "gemm<half >(half *)", "foo.kd", "a  &b"]
+    return names + extra + [f" {n}  ..." for n in names[:200]] + [n.replace("_", " _") for n in names[:200]]
+
+
+def test_gated_normalisation_gives_the_plain_result(shared_data_optional: Path | None) -> None:
+    from traceanalyzer.classify.normalize import normalize_name
+
+    for name in _tricky(_corpus(shared_data_optional)):
+        assert normalize_name(name) == _normalize_reference(name), name
+
+
+def test_lower_case_precision_patterns_give_the_plain_result(shared_data_optional: Path | None) -> None:
+    from traceanalyzer.classify.engine import infer_precision
+    from traceanalyzer.classify.normalize import normalize_name
+
+    names = _tricky(_corpus(shared_data_optional))
+    got = [infer_precision(normalize_name(n)) for n in names]
+    assert got == [_precision_reference(normalize_name(n)) for n in names]
+    assert {"unknown", "fp4", "fp8", "bf16", "fp16", "fp32"} <= set(got)
