@@ -188,3 +188,9 @@ def test_lower_case_precision_patterns_give_the_plain_result(shared_data_optiona
     got = [infer_precision(normalize_name(n)) for n in names]
     assert got == [_precision_reference(normalize_name(n)) for n in names]
     assert {"unknown", "fp4", "fp8", "bf16", "fp16", "fp32"} <= set(got)
+
+
+def test_positive_lookarounds_require_their_literals_negative_ones_nothing() -> None:
+    assert required_literals(re.compile(r"^(?=.*(grouped|moe))(?=.*fp4)")) == ("fp4",)
+    assert required_literals(re.compile(r"(?!nccl)x")) == ("x",)
+    assert required_literals(re.compile(r"(?!nccl)")) is None

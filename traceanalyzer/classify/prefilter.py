@@ -50,6 +50,8 @@ def _sequence(items: Any) -> frozenset[str] | None:
             need = _sequence(sub) if low >= 1 else None
         elif _ATOMIC is not None and op is _ATOMIC:
             need = _sequence(av)
+        elif op is _c.ASSERT:  # a positive lookaround: what it requires is in the text too
+            need = _sequence(av[1])
         if need:
             options.append(need)
     if run:
