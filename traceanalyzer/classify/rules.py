@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -88,24 +88,17 @@ class RuleSet:
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = field(default_factory=tuple)
 
-    @cached_property
-    def _plan(self) -> tuple[tuple[int, ...], int, tuple[tuple[re.Pattern[str] | None, dict[str, int]], ...]]:
+    @property
+    def _plan(self) -> _Plan:
         """Which text each rule reads (0 name, 1 head, 2 lower name, 3 lower head); the bit mask of rules without
         literals (always tried); per text, a regex finding the literals in it and literal → mask of the rules
-        it admits (see :meth:`first_match`)."""
-        kinds = tuple((2 if r.lowercase else 0) + (1 if r.on_head else 0) for r in self.rules)
-        always = sum(1 << i for i, r in enumerate(self.rules) if not r.literals)
-        index = []
-        for kind in range(4):
-            owners: dict[str, int] = {}
-            for i, r in enumerate(self.rules):
-                if kinds[i] == kind and r.literals:
-                    for lit in r.literals:
-                        owners[lit] = owners.get(lit, 0) | (1 << i)
-            # a literal found admits the rules of every literal that is a prefix of it (they occur there too)
-            masks = {lit: _or(m for p, m in owners.items() if lit.startswith(p)) for lit in owners}
-            index.append((re.compile(f"(?=({_trie(owners)}))") if owners else None, masks))
-        return kinds, always, tuple(index)
+        it admits (see :meth:`first_match`). Built once per rules tuple (every trace's RuleSet shares it)."""
+        cached = _PLANS.get(id(self.rules))
+        if cached is None or cached[0] is not self.rules:
+            if len(_PLANS) >= 8:  # user rule sets come and go; the default one is rebuilt at most now and then
+                _PLANS.clear()
+            cached = _PLANS[id(self.rules)] = (self.rules, _build_plan(self.rules))
+        return cached[1]
 
     def first_match(self, name: str, head: str, lname: str, lhead: str) -> Rule | None:
         """The first rule that applies (as ``Rule.matches`` tried in order), trying only the rules whose text
@@ -128,6 +121,27 @@ class RuleSet:
                                               or not rule.exclude.search(lname if rule.lowercase else name)):
                 return rule
         return None
+
+
+_Plan = tuple[tuple[int, ...], int, tuple[tuple[re.Pattern[str] | None, dict[str, int]], ...]]
+_PLANS: dict[int, tuple[tuple[Rule, ...], _Plan]] = {}
+
+
+def _build_plan(rules: tuple[Rule, ...]) -> _Plan:
+    """See :attr:`RuleSet._plan`."""
+    kinds = tuple((2 if r.lowercase else 0) + (1 if r.on_head else 0) for r in rules)
+    always = sum(1 << i for i, r in enumerate(rules) if not r.literals)
+    index = []
+    for kind in range(4):
+        owners: dict[str, int] = {}
+        for i, r in enumerate(rules):
+            if kinds[i] == kind and r.literals:
+                for lit in r.literals:
+                    owners[lit] = owners.get(lit, 0) | (1 << i)
+        # a literal found admits the rules of every literal that is a prefix of it (they occur there too)
+        masks = {lit: _or(m for p, m in owners.items() if lit.startswith(p)) for lit in owners}
+        index.append((re.compile(f"(?=({_trie(owners)}))") if owners else None, masks))
+    return kinds, always, tuple(index)
 
 
 def _or(masks: Iterable[int]) -> int:
