@@ -102,3 +102,22 @@ def test_bad_memory_limit_and_bad_window_exit_2_with_one_line() -> None:
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
     assert not Path("/tmp/never-written.html").exists()
+
+
+def test_budget_is_the_smaller_of_meminfo_and_the_cgroup_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.loaders import limits
+
+    monkeypatch.delenv("TRACEANALYZER_MEMORY_LIMIT", raising=False)
+    (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemAvailable:    8000 kB\n")
+    cgroup = tmp_path / "cg"
+    cgroup.mkdir()
+    monkeypatch.setattr(limits, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(limits, "CGROUP", cgroup)
+    assert limits.memory_budget() == 8000 * 1024  # no cgroup files
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "memory.current").write_text("123\n")
+    assert limits.memory_budget() == 8000 * 1024  # no limit
+    (cgroup / "memory.max").write_text(f"{4000 * 1024 + 123}\n")
+    assert limits.memory_budget() == 4000 * 1024  # the container's room is smaller
+    monkeypatch.setenv("TRACEANALYZER_MEMORY_LIMIT", "1G")
+    assert limits.memory_budget() == 1 << 30

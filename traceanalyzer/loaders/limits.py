@@ -66,22 +66,42 @@ def parse_window(text: str | Window | None) -> Window | None:
     return Window(start, end)
 
 
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")  # cgroup v2: memory.max and memory.current of this process's group
+
+
 def memory_budget() -> int | None:
-    """Bytes a load may use: ``TRACEANALYZER_MEMORY_LIMIT`` (``8G``, ``512M``, bytes), else ``MemAvailable``."""
+    """Bytes a load may use: ``TRACEANALYZER_MEMORY_LIMIT`` (``8G``, ``512M``, bytes), else the smaller of
+    ``MemAvailable`` and the room left under a cgroup v2 memory limit (a container's limit is not in meminfo)."""
     text = os.environ.get("TRACEANALYZER_MEMORY_LIMIT", "").strip().upper()
     if text:
         m = re.fullmatch(r"([0-9.]+)\s*([KMGT]?)I?B?", text)
         if m is None:
             raise BadInputError(None, f"TRACEANALYZER_MEMORY_LIMIT={text!r} is not a size such as 8G or 512M")
         return int(float(m.group(1)) * _UNITS[m.group(2)])
+    found = [n for n in (_meminfo_available(), _cgroup_room()) if n is not None]
+    return min(found) if found else None
+
+
+def _meminfo_available() -> int | None:
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with MEMINFO.open(encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _cgroup_room() -> int | None:
+    try:
+        limit = (CGROUP / "memory.max").read_text(encoding="ascii").strip()
+        if limit == "max":
+            return None
+        return max(int(limit) - int((CGROUP / "memory.current").read_text(encoding="ascii").strip()), 0)
+    except (OSError, ValueError):
+        return None
 
 
 def check_memory(path: str | Path, needed: int, window: Window | None) -> None:
