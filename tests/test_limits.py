@@ -121,3 +121,13 @@ def test_budget_is_the_smaller_of_meminfo_and_the_cgroup_room(tmp_path: Path, mo
     assert limits.memory_budget() == 4000 * 1024  # the container's room is smaller
     monkeypatch.setenv("TRACEANALYZER_MEMORY_LIMIT", "1G")
     assert limits.memory_budget() == 1 << 30
+
+
+def test_window_travels_to_worker_processes() -> None:
+    from traceanalyzer.pipeline import summary
+
+    one = summary([KINETO], window="0.005:0.06")
+    two = summary([KINETO], window="0.005:0.06", jobs=2)
+    whole = summary([KINETO])
+    assert one.to_json() == two.to_json()
+    assert [d.busy_ns for d in one.devices] != [d.busy_ns for d in whole.devices]
