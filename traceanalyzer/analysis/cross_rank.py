@@ -246,9 +246,11 @@ def _per_step(per: pd.DataFrame, ranks: list[int]) -> tuple[int | None, dict[int
 def analyze_cross_rank(traces: list[Trace], devices: list[DeviceSummary]) -> CrossRankSummary | None:
     """Match collectives across ranks; None when fewer than two ranks ran any communication."""
     parts: list[DeviceSummary] = []
-    for d in devices:
-        if len(d.collectives) and d.rank not in {p.rank for p in parts}:
+    seen: set[int] = set()
+    for d in devices:  # the first device with collectives of each rank
+        if len(d.collectives) and d.rank not in seen:
             parts.append(d)
+            seen.add(d.rank)
     if len(parts) < 2:
         return None
     clocks = _clock_offsets(traces, parts)

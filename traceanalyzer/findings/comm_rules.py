@@ -49,6 +49,9 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
     waiting for another rank and transfer."""
     found = []
     waits = _wait_by_rank(ctx)
+    # every device's figures, built once and shared by the candidates (one per device; the best is kept)
+    devices = [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns": d.comm_exposed_per_step_ns,
+                "overlap_pct": d.overlap_pct} for d in ctx.summary.devices]
     for dev in ctx.summary.devices:
         per_step = dev.comm_exposed_per_step_ns if dev.comm_exposed_per_step_ns is not None else dev.comm_exposed_ns
         pct = ctx.pct_of_step(dev, per_step)
@@ -67,10 +70,7 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
                            "it is waiting, balance the ranks first (see straggler_wait).",
             evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                       "steps": ctx.steps(dev), "step_ns_median": dev.step_ns_median,
-                      "cross_rank_wait_by_rank": waits,
-                      "devices": [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns":
-                                   d.comm_exposed_per_step_ns, "overlap_pct": d.overlap_pct}
-                                  for d in ctx.summary.devices]},
+                      "cross_rank_wait_by_rank": waits, "devices": devices},
         ))
     return _best(found)
 
