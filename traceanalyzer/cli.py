@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,12 @@ import click
 
 from . import __version__
 from .api import DEFAULT_LAYER_PATTERN
-from .errors import ExitCode, TraceAnalyzerError
+from .errors import ExitCode, TraceAnalyzerError, printable
 
-_TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-_RULES = click.option("--rules", type=click.Path(path_type=Path), default=None,
+# readable=False: an unreadable file is reported by the loader in one line naming it, not as a usage error
+_PATH = click.Path(path_type=Path, readable=False)
+_TRACES = click.argument("traces", nargs=-1, required=True, type=_PATH)
+_RULES = click.option("--rules", type=_PATH, default=None,
                       help="TOML file of extra classification rules (checked before the defaults).")
 _JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
                      help="Load rank files in this many worker processes.")
@@ -25,12 +28,21 @@ _STEP_RANGE = click.option("--step-range", default=None,
                                 "range named step, train_step, iteration…, else detected from the kernel sequence).")
 _LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
                               help="Regex of NVTX range names that mark layers.")
-_GPU_LOG = click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
+_GPU_LOG = click.option("--gpu-log", type=_PATH, default=None,
                         help="nvidia-smi CSV log (power, clocks) to align with the trace.")
 
 
-def _emit_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False))
+def _emit_json(payload: Any, output: Path | None = None, inputs: tuple[Path | None, ...] = ()) -> None:
+    """The JSON on stdout, or written to ``output`` (``-`` = stdout) by the one output writer."""
+    text = json.dumps(payload, indent=2, sort_keys=False, allow_nan=False)
+    if output is None:
+        click.echo(text)
+        return
+    from .output import write_output
+
+    written = write_output(text + "\n", output, inputs=[p for p in inputs if p is not None])
+    if written != "<stdout>":
+        click.echo(f"JSON written: {printable(written)}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,7 +68,7 @@ def cli(ctx: click.Context, traceback: bool) -> None:
 
 
 @cli.command(short_help="What a trace file holds: format, versions, devices, counts.")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print the info JSON contract.")
 def info(trace: Path, as_json: bool) -> None:
     """What TRACE holds: format, tool and schema version, devices and ranks, raw activity counts.
@@ -77,7 +89,7 @@ def info(trace: Path, as_json: bool) -> None:
 
 
 @cli.command(short_help="Classify kernel names into buckets.")
-@click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True))
+@click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the classification JSON contract.")
 @_RULES
 def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
@@ -103,13 +115,15 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @click.option("--hta-compat", is_flag=True,
               help="HolisticTraceAnalysis 0.5.0 conventions (Kineto traces; µs, last step dropped; its own comm "
                    "regex, so no --rules/--step-range/--layer-pattern/--gpu-log).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None, metavar="FILE",
+              help="With --json: write the JSON to FILE (atomically; '-' = stdout) instead of stdout.")
 @_RULES
 @_JOBS
 @_STEP_RANGE
 @_LAYER_PATTERN
 @_GPU_LOG
-def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Path | None, jobs: int,
-            step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
+def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
+            jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -117,6 +131,13 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
     """
     from .progress import progress_bar
 
+    if output is not None:
+        if not as_json:
+            raise click.UsageError("-o/--output writes the JSON: add --json")
+        from .output import check_output
+
+        check_output(output, [*traces, *(p for p in (rules, gpu_log) if p is not None)])
+    inputs = (*traces, rules, gpu_log)
     if hta_compat:
         from .analysis.hta_compat import hta_compat as hta_fn
 
@@ -128,7 +149,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
         with progress_bar("loading") as progress:
             hta_result = hta_fn(list(traces), progress=progress, jobs=jobs)
         if as_json:
-            _emit_json(hta_result.to_json())
+            _emit_json(hta_result.to_json(), output, inputs)
         else:
             from .render.terminal import print_hta_compat
 
@@ -140,7 +161,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
                                  layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress)
     if as_json:
-        _emit_json(result.to_json())
+        _emit_json(result.to_json(), output, inputs)
         return
     from .render.terminal import print_summary
 
@@ -149,8 +170,9 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 
 @cli.command(short_help="Terminal summary plus a self-contained HTML report.")
 @_TRACES
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="HTML file to write (default: reports/<first trace name>.html).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None,
+              help="HTML file to write (default: reports/<first trace name>.html); '-' writes the HTML to stdout "
+                   "and the terminal summary to stderr.")
 @_RULES
 @_JOBS
 @_STEP_RANGE
@@ -163,18 +185,20 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     per-collective tables, findings).
 
     The page works offline (plotly inlined) unless --cdn; it is written atomically, so a failed run leaves no
-    half-written file.
+    half-written file, and never over an input trace.
     """
+    from .output import is_stdout
     from .progress import progress_bar
     from .report import report as report_fn
 
     with progress_bar("loading") as progress:
         written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
                                     layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress)
-    from .render.terminal import print_summary
+    from .render.terminal import make_console, print_summary
 
-    print_summary(result)
-    click.echo(f"report written: {written}", err=True)
+    print_summary(result, make_console(sys.stderr) if is_stdout(output) else None)
+    if written != "<stdout>":
+        click.echo(f"report written: {printable(written)}", err=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,17 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     show_tb = "--traceback" in args
     try:
-        cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
+        with warnings.catch_warnings():
+            if not show_tb:  # library warnings (pandas, numpy) are not for the user; trace warnings are printed
+                warnings.simplefilter("ignore")
+            cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return ExitCode.BAD_INPUT
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"Error: {printable(_click_message(exc))}", err=True)
         return ExitCode.BAD_INPUT
     except TraceAnalyzerError as exc:
         if show_tb:
             raise
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {printable(exc)}", err=True)
         return int(exc.exit_code)
     except BrokenPipeError:
         return ExitCode.OK
@@ -202,10 +229,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the one place an unexpected failure becomes a message
         if show_tb:
             raise
-        click.echo(f"Error: internal error: {type(exc).__name__}: {exc} — rerun with --traceback and report it",
-                   err=True)
+        click.echo(f"Error: internal error: {type(exc).__name__}: {printable(exc)} — rerun with --traceback and "
+                   "report it", err=True)
         return ExitCode.INTERNAL_ERROR
     return ExitCode.OK
+
+
+def _click_message(exc: click.ClickException) -> str:
+    """A click error as one line; usage errors point at the command's --help."""
+    message = exc.format_message()
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        message += f" (see '{exc.ctx.command_path} --help')"
+    return message
 
 
 def run() -> None:
