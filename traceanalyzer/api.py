@@ -43,13 +43,16 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
 
     ``jobs > 1`` loads files in that many worker processes.
     """
-    files = expand_paths(list(paths))
+    skipped: list[str] = []
+    files = expand_paths(list(paths), skipped)
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
         traces = map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress)
     else:
         traces = [load(f, rules=rules, classify=classify, progress=progress) for f in files]
+    if skipped and traces:  # said once, with the first trace's warnings (summary JSON, terminal, report)
+        traces[0] = replace(traces[0], warnings=[*traces[0].warnings, *skipped])
     return assign_ranks_across_files(traces)
 
 

@@ -196,8 +196,9 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
                                     layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress)
     from .render.terminal import make_console, print_summary
 
-    print_summary(result, make_console(sys.stderr) if is_stdout(output) else None)
-    if written != "<stdout>":
+    to_stdout = is_stdout(written)
+    print_summary(result, make_console(sys.stderr) if to_stdout else None)
+    if not to_stdout:
         click.echo(f"report written: {printable(written)}", err=True)
 
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("Aborted.", err=True)
         return ExitCode.BAD_INPUT
     except click.ClickException as exc:
-        click.echo(f"Error: {printable(_click_message(exc))}", err=True)
+        click.echo(f"Error: {printable(exc.format_message())}", err=True)
         return ExitCode.BAD_INPUT
     except TraceAnalyzerError as exc:
         if show_tb:
@@ -233,14 +234,6 @@ def main(argv: list[str] | None = None) -> int:
                    "report it", err=True)
         return ExitCode.INTERNAL_ERROR
     return ExitCode.OK
-
-
-def _click_message(exc: click.ClickException) -> str:
-    """A click error as one line; usage errors point at the command's --help."""
-    message = exc.format_message()
-    if isinstance(exc, click.UsageError) and exc.ctx is not None:
-        message += f" (see '{exc.ctx.command_path} --help')"
-    return message
 
 
 def run() -> None:

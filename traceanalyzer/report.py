@@ -25,11 +25,11 @@ def default_output(paths: Sequence[PathLike], directory: Path = DEFAULT_DIR) -> 
 
 def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None) -> tuple[str, Summary]:
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None) -> tuple[Path, Summary]:
     """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
 
-    Returns where the report went (the path, default :func:`default_output`, or ``<stdout>`` for ``output="-"``)
-    and the :class:`Summary`. The target is checked before loading and written by :func:`output.write_output`
+    Returns the path written (default :func:`default_output`; ``-`` = stdout) and the :class:`Summary`. The
+    target is checked before loading and written by :func:`output.write_output`
     (atomic replace, never an input trace, ``cannot write FILE: <reason>`` as exit 2). ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
@@ -46,5 +46,5 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
     summary = summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
                                                gpu_log=gpu_log, jobs=jobs))
-    written = write_output(render_html(summary, traces, cdn=cdn), target, inputs=inputs)
-    return written, summary
+    write_output(render_html(summary, traces, cdn=cdn), target, inputs=inputs)
+    return target, summary

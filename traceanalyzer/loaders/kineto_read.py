@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from . import GZIP_MAGIC, ProgressFn
+from . import GZIP_MAGIC, ProgressFn, open_regular
 
 READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each
 MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
@@ -178,7 +178,7 @@ def read_bytes(path: Path, *, progress: ProgressFn | None = None,
     decoder patches in place (see :class:`Batch`) never reach the file.
     """
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             total = os.fstat(fh.fileno()).st_size
             head = fh.read(2)
             fh.seek(0)
