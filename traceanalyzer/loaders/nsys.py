@@ -30,7 +30,7 @@ from .nsys_meta import (
     mpi_ranks,
     session_start_utc_ns,
 )
-from .nsys_sql import RowProgress, Schema, connect, count_rows, distinct_pairs, probe
+from .nsys_sql import BadColumn, RowProgress, Schema, connect, count_rows, distinct_pairs, int_value, probe
 from .nsys_tables import (
     GPU_METRICS,
     GRAPH_TRACE,
@@ -68,6 +68,10 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
         raise BadInputError(path, f"cannot open the SQLite database ({exc})") from None
     try:
         return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables))
+    except BadColumn as exc:
+        raise CorruptFileError(path, f"bad value in {exc.table}.{exc.column}: {exc.problem}",
+                               "the export is damaged or was edited; re-export it with nsys export --type sqlite") \
+            from None
     except sqlite3.DatabaseError as exc:
         raise CorruptFileError(path, f"cannot read the SQLite database, it is corrupt or truncated ({exc})",
                                "re-export it with nsys export --type sqlite") from None
@@ -89,7 +93,8 @@ def raw_counts(conn: sqlite3.Connection, schema: Schema, types: dict[str, int]) 
     by_type: dict[int, tuple[int, int]] = {}  # eventType → (rows, rows without an end)
     if schema.has(NVTX, "eventType", "end"):
         sql = f'SELECT eventType, COUNT(*), COUNT(*) - COUNT("end") FROM {NVTX} GROUP BY 1'
-        by_type = {int(t): (int(n), int(open_)) for t, n, open_ in conn.execute(sql) if t is not None}
+        by_type = {int_value(t, NVTX, "eventType"): (int(n), int(open_)) for t, n, open_ in conn.execute(sql)
+                   if t is not None}
     ranges = [by_type.get(types[kind], (0, 0)) for kind in ("NvtxPushPopRange", "NvtxStartEndRange")]
     counts["nvtx_ranges"] = sum(n for n, _ in ranges)
     counts["nvtx_open_ranges"] = sum(open_ for _, open_ in ranges)
@@ -181,7 +186,8 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
     cols = _read_tables(ctx, want, types)
 
     pairs = _gpu_pairs(conn, schema, cols["kernels"])
-    ranks = assign_ranks(mpi_ranks(conn, schema), pairs[:, 0].tolist())
+    mpi, rank_conflicts = mpi_ranks(conn, schema)
+    ranks = assign_ranks(mpi, pairs[:, 0].tolist())
     catalog = GpuCatalog(conn, schema)
     meta_table, tool_version, schema_version = export_versions(conn, schema)
     kernel_cols = schema.cols(KERNEL)
@@ -198,5 +204,7 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         devices=device_infos(catalog, pairs, ranks), tool_version=tool_version, schema_version=schema_version,
         base_time_ns=session_start_utc_ns(conn, schema), world_size=ranks.world_size,
         raw_counts=counts, capabilities=caps,
-        warnings=_warnings(counts, caps, ranks, catalog.present),
+        warnings=_warnings(counts, caps, ranks, catalog.present) + [
+            f"MPI_RANKS labels process {pid} as ranks {', '.join(map(str, r))}: using rank {r[0]}"
+            for pid, r in sorted(rank_conflicts.items())],
     )
