@@ -56,6 +56,10 @@ class CorruptFileError(BadInputError):
     """The file has the right format but is truncated, corrupt, oversized or malformed."""
 
 
+class FileChangedError(BadInputError):
+    """The file changed (was truncated, rewritten or grew) while it was being read."""
+
+
 class EmptyTraceError(BadInputError):
     """The file is a trace but holds nothing to analyse (for example no kernel activity)."""
 
