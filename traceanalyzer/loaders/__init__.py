@@ -159,16 +159,19 @@ def load_one(path: str | Path, *, progress: ProgressFn | None = None,
              tables: frozenset[str] | None = None) -> Trace:
     """Load one trace file into a normalized Trace (format detected from content).
 
-    ``tables`` limits which optional tables are read (kernels are always read).
+    ``tables`` limits which optional tables are read (kernels are always read). Rows that cannot be true are
+    dropped and reported in the trace's warnings (:mod:`.sanity`).
     """
+    from .sanity import drop_impossible
+
     fmt = detect_format(path)
     if fmt == NSYS:
         from . import nsys
 
-        return nsys.load(Path(path), progress=progress, tables=tables)
+        return drop_impossible(nsys.load(Path(path), progress=progress, tables=tables))
     from . import kineto
 
-    return kineto.load(Path(path), progress=progress, tables=tables)
+    return drop_impossible(kineto.load(Path(path), progress=progress, tables=tables))
 
 
 def file_size(path: str | Path) -> int:

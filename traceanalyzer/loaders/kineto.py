@@ -88,9 +88,6 @@ def _load(path: Path, progress: ProgressFn | None, tables: frozenset[str] | None
     del data, batches
     complete = events.complete(pool)
     rank, warnings = _rank(doc, events.metadata, path)
-    if events.negative_durations:
-        warnings.append(f"{path.name}: {events.negative_durations} events with a negative duration "
-                        "were kept with zero length")
     built = build_tables(complete, pool, rank, tables)
     kernel_devices = sorted({int(d) for d in np.unique(built["kernels"]["device"])})
     trace = Trace(
@@ -152,7 +149,6 @@ class _Events:
         self.n_events = self.n_rows = 0
         self.missing = {"ts": _Missing(), "dur": _Missing()}
         self.time_path = "float64-exact"
-        self.negative_durations = 0  # complete events with dur < 0 (clamped to zero length, warned about)
 
     @classmethod
     def collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None) -> _Events:
@@ -193,7 +189,6 @@ class _Events:
             own.count += miss.count
         if later.time_path != "float64-exact":
             self.time_path = later.time_path
-        self.negative_durations += later.negative_durations
         self.n_events += later.n_events
         self.n_rows += later.n_rows
 
@@ -212,11 +207,7 @@ class _Events:
         index, sub = (used, candidates) if is_complete.all() else \
             (used[is_complete], list(compress(candidates, is_complete.tolist())))
         del events, candidates
-        start_ns, dur_ns = self._times(sub, index, batch, path)
-        negative = dur_ns < 0
-        if negative.any():
-            self.negative_durations += int(negative.sum())
-            dur_ns = np.where(negative, 0, dur_ns)
+        start_ns, dur_ns = self._times(sub, index, batch, path)  # dur < 0: dropped and reported by ``sanity``
         cat_of = np.full(len(self.cats.ids) + 1, -1, dtype=np.int8)
         for j, c in enumerate(USED_CATEGORIES):
             if c in self.cats.ids:
@@ -330,10 +321,17 @@ def _in_range(value: int, field: str) -> int:
 
 def _rank(doc: Document, metadata: list[tuple[str, Any]], path: Path) -> tuple[int, list[str]]:
     """Rank from distributedInfo, else process metadata (``rank N``), else the file name; ``-1`` + a warning."""
+    labelled = sorted({int(m.group(1)) for _, text in metadata
+                       if isinstance(text, str) and (m := _RANK_IN_TEXT.search(text))})
     if doc.distributedInfo is not None and (rank := _int_or_none(doc.distributedInfo.rank)) is not None:
         if not -1 <= rank < 1 << 31:
             raise OutOfRange("distributedInfo.rank", rank)
-        return rank, []
+        others = [r for r in labelled if r != rank]
+        return rank, [f"{path.name}: process labelled rank {', '.join(map(str, others))} in its metadata but "
+                      f"distributedInfo.rank is {rank}: using {rank}"] if others else []
+    if len(labelled) > 1:
+        return labelled[0], [f"{path.name}: process metadata names ranks {', '.join(map(str, labelled))}: using "
+                             f"{labelled[0]}"]
     for _, text in metadata:
         if isinstance(text, str) and (m := _RANK_IN_TEXT.search(text)):
             return int(m.group(1)), []
