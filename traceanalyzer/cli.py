@@ -211,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
             if not show_tb:  # library warnings (pandas, numpy) are not for the user; trace warnings are printed
                 warnings.simplefilter("ignore")
             cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            click.echo("Interrupted.", err=True)
+            return 130
         click.echo("Aborted.", err=True)
         return ExitCode.BAD_INPUT
     except click.ClickException as exc:

@@ -10,6 +10,7 @@ GPU, sorted by pid, are ranks 0..n-1 (with a warning).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
-from . import NSYS, ProgressFn
+from . import NSYS, ProgressFn, open_regular
 from .nsys_meta import (
     GpuCatalog,
     RankAssignment,
@@ -62,6 +63,7 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     :class:`~traceanalyzer.errors.BadInputError` for files that are not nsys exports or are corrupt.
     """
     path = Path(path)
+    _check_size(path)
     try:
         conn = connect(path)
     except sqlite3.Error as exc:
@@ -77,6 +79,26 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
                                "re-export it with nsys export --type sqlite") from None
     finally:
         conn.close()
+
+
+def _check_size(path: Path) -> None:
+    """A database shorter than its header says is truncated (SQLite itself may not notice when the missing pages
+    are not read)."""
+    try:
+        with open_regular(path) as fh:
+            header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise BadInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(header) < 100:
+        raise CorruptFileError(path, "truncated SQLite database: the file ends inside its header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    header_valid = header[92:96] == header[24:28]  # "version-valid-for" = change counter: the page count is current
+    if header_valid and pages and size < page_size * pages:
+        raise CorruptFileError(path, f"truncated SQLite database: {size:,} bytes where its header says "
+                               f"{page_size * pages:,}", "was the copy or the export interrupted?")
 
 
 def _require_nsys(path: Path, schema: Schema) -> None:
