@@ -226,19 +226,21 @@ def test_special_files_inside_a_directory_are_skipped_and_named(capsys: pytest.C
 
 # -- races: worker pool, Ctrl-C ---------------------------------------------------------------------------------------
 _POOL_SCRIPT = """
-import sys, time
+import os, sys, time
 from pathlib import Path
-import traceanalyzer.api as api
-folder, mode = Path(sys.argv[1]), sys.argv[2]
-real = api.load
-def slow(path, **kw):  # every good rank takes long: the bad one fails while the others are being loaded
-    if "bad" not in str(path):
-        (folder / "started").touch()
-        time.sleep(120)
-    return real(path, **kw)
-api.load = slow
-from traceanalyzer.cli import main
-sys.exit(main(["summary", "-j", "2", "--json", str(folder / "ranks")]))
+folder = Path(sys.argv[1])
+os.environ["TRACEANALYZER_DECODE_PROCESSES"] = "2"  # each worker forks a decode helper, as on a big file
+from traceanalyzer.loaders import kineto, kineto_read
+kineto_read.BATCH_BYTES = 20_000  # many batches from a small file
+real_add = kineto._Events.add
+def slow_add(self, batch, path):  # every batch of the good ranks is slow: they are still loading when the bad fails
+    (folder / "started").touch()
+    time.sleep(1)
+    return real_add(self, batch, path)
+kineto._Events.add = slow_add
+from traceanalyzer.cli import run  # the console script's entry point (it leaves with os._exit)
+sys.argv = ["traceanalyzer", "summary", "-j", "2", "--json", str(folder / "ranks")]
+run()
 """
 
 
@@ -246,7 +248,7 @@ def _pool_case(tmp_path: Path, bad: bool) -> Path:
     ranks = tmp_path / "ranks"
     ranks.mkdir()
     for rank in range(4):
-        (ranks / f"rank{rank}.json.gz").write_bytes(KINETO_FILE.read_bytes())
+        (ranks / f"rank{rank}.json").write_bytes(_kineto_text())
     if bad:
         (ranks / "a_bad.json").write_bytes(b'{"traceEvents": [')
     script = tmp_path / "pool_script.py"
