@@ -9,19 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._version import __version__
 from .api import detect_format, info, load, load_many
 from .errors import BadInputError, ExitCode, TraceAnalyzerError
 from .trace import DeviceInfo, StringPool, Table, Trace
 
-__version__ = "0.1.0"
-
 
 def summary(traces_or_paths: Any, **options: Any) -> Any:
-    """Summarize loaded Traces or trace files into a ``Summary`` (see ``traceanalyzer.analysis.summary.summary``).
+    """Summarize loaded Traces or trace files into a ``Summary`` (see ``traceanalyzer.pipeline.summary``).
 
     >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"], step_range=None)   # doctest: +SKIP
     """
-    from .analysis.summary import summary as _summary
+    from .pipeline import summary as _summary
 
     return _summary(traces_or_paths, **options)
 

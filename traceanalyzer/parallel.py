@@ -2,6 +2,7 @@
 
 Each worker loads (and classifies) one file and sends the Trace back pickled. Errors travel back as plain data
 and are re-raised in the parent as the same error class, naming the file, so the CLI prints its usual one line.
+On any error, Ctrl-C included, the workers are terminated before the error reaches the caller.
 """
 
 from __future__ import annotations
@@ -15,19 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from . import errors
-from .loaders import ProgressFn
+from .loaders import ProgressFn, load_one
 from .trace import Trace
 
 PathLike = str | Path
 
 
 def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 2,
-              progress: ProgressFn | None = None) -> list[Trace]:
-    """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order.
+              tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> list[Trace]:
+    """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order. ``tables`` limits
+    the optional tables read (as ``loaders.load_one``).
 
-    A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file. On
-    any error, Ctrl-C included, the files not yet started are cancelled and the workers terminated before this
-    returns (none is left holding the terminal or a pipe).
+    A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file, as
+    soon as it is found. On any error, Ctrl-C included, the files not yet started are cancelled and the workers
+    terminated before this returns (none is left holding the terminal or a pipe).
     """
     paths = [Path(f) for f in files]
     workers = max(1, min(jobs, len(paths), os.cpu_count() or 1))
@@ -37,7 +39,7 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
     try:
         futures: dict[Future[Any], int] = {
-            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify): i
+            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, tables): i
             for i, p in enumerate(paths)
         }
         pending = set(futures)
@@ -81,12 +83,22 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _load_in_worker(path: str, rules: str | None, classify: bool) -> tuple[str, Any]:
-    """Worker side: ``("ok", trace)`` or ``("error", details)`` — exceptions never cross the process boundary."""
-    from .api import load
+def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
+              tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> Trace:
+    """One file loaded (``tables`` as ``loaders.load_one``) and, with ``classify``, classified (``rules`` first)."""
+    trace = load_one(path, progress=progress, tables=tables)
+    if not classify:
+        return trace
+    from .classify import classified
 
+    return classified(trace, rules)
+
+
+def _load_in_worker(path: str, rules: str | None, classify: bool,
+                    tables: frozenset[str] | None) -> tuple[str, Any]:
+    """Worker side: ``("ok", trace)`` or ``("error", details)`` — exceptions never cross the process boundary."""
     try:
-        return "ok", load(path, rules=rules, classify=classify)
+        return "ok", load_file(path, rules=rules, classify=classify, tables=tables)
     except errors.BadInputError as exc:
         return "bad_input", (type(exc).__name__, exc.path, exc.problem, exc.hint)
     except Exception as exc:  # an internal failure: reported in the parent with the file name
@@ -96,7 +108,8 @@ def _load_in_worker(path: str, rules: str | None, classify: bool) -> tuple[str, 
 def _unwrap(result: tuple[str, Any], path: Path) -> Trace:
     kind, payload = result
     if kind == "ok":
-        return payload  # type: ignore[no-any-return]
+        trace: Trace = payload
+        return trace
     if kind == "bad_input":
         name, where, problem, hint = payload
         cls = getattr(errors, name, errors.BadInputError)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .analysis.results import Summary
-from .api import DEFAULT_LAYER_PATTERN
 from .errors import EmptyTraceError
 
 PathLike = str | Path
@@ -33,9 +33,9 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     (atomic replace, never an input trace, ``cannot write FILE: <reason>`` as exit 2). ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
-    from .analysis.summary import SummaryOptions, summarize
-    from .api import load_for_summary
+    from .analysis.summary import SummaryOptions
     from .output import check_output, write_output
+    from .pipeline import load_for_summary, summarize
     from .render.html import render_html
 
     if not paths:

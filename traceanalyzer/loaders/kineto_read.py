@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 from ..errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
-from . import GZIP_MAGIC, ProgressFn, open_regular
+from .detect import GZIP_MAGIC, ProgressFn, open_regular
 
 READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each
 MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
@@ -348,7 +348,7 @@ def split_events(data: bytearray, path: Path,
     return head, [*pieces, Batch(tail_text, document=True, events=tail.traceEvents)]
 
 
-def _try_decode(decoder: msgspec.json.Decoder, text: bytes | memoryview) -> Any:
+def _try_decode(decoder: msgspec.json.Decoder[Any], text: bytes | memoryview) -> Any:
     try:
         return decoder.decode(text)
     except (msgspec.ValidationError, msgspec.DecodeError):

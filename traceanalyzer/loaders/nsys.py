@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
-from . import NSYS, ProgressFn, open_regular
+from .detect import NSYS, ProgressFn, open_regular
 from .nsys_meta import (
     GpuCatalog,
     RankAssignment,

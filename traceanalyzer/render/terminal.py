@@ -11,14 +11,26 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .formatting import BUCKET_COLORS, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, issue_only_text, pct_of
+from ..buckets import BUCKET_COLORS
+from .formatting import (
+    bucket_sort_key,
+    device_label,
+    fmt_ms,
+    fmt_ns,
+    fmt_pct,
+    issue_only_text,
+    pct_of,
+    range_text,
+    runs_lines,
+    step_source_text,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
     from ..analysis.hta_compat import HtaCompatResult
-    from ..analysis.results import CrossRankSummary, Summary
+    from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
 
 PIPE_WIDTH = 140  # columns used when stdout is not a terminal (rich would otherwise wrap at 80)
 
@@ -103,23 +115,43 @@ def _text_styled(value: str, color: str | None) -> Any:
 # -- summary ------------------------------------------------------------------------------------------------------
 def _device_table(summary: Summary) -> Table:
     cols = ["device", "span", "busy", "idle", "comm", "hidden", "exposed", "overlap", "steps", "step median",
-            "exposed/step"]
-    table = _table("Per device", cols, [False] + [True] * 10)
+            "exposed/step", "busy in steps"]
+    table = _table("Per device (whole window; busy % over the steps beside)", cols, [False] + [True] * 11)
     for d in summary.devices:
+        in_steps = fmt_pct(d.in_steps.get("busy_pct"), 0) if d.step_source != "none" else "—"
         table.add_row(_text(device_label(d.rank, d.device)), fmt_ns(d.span_ns),
                       fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns),
                       fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps), fmt_ns(d.step_ns_median),
-                      fmt_ns(d.comm_exposed_per_step_ns))
+                      fmt_ns(d.comm_exposed_per_step_ns), in_steps)
     return table
 
 
+def _structure_lines(summary: Summary) -> list[str]:
+    """How steps and layers were found, one line per distinct answer (devices that agree share a line)."""
+    groups: dict[str, list[str]] = {}
+    for d in summary.devices:
+        layers = f"{d.layers_per_step} layers/step ({d.layer_source})" if d.layers_per_step else "no layers"
+        groups.setdefault(f"steps: {step_source_text(d)}; {layers}", []).append(device_label(d.rank, d.device))
+    return [f"{text} — {', '.join(devs) if len(groups) > 1 else 'all devices'}" for text, devs in groups.items()]
+
+
 def _bucket_table(summary: Summary) -> Table:
-    buckets = sorted({b for d in summary.devices for b in d.bucket_exclusive_ns}, key=bucket_sort_key)
-    table = _table("Busy time by bucket (exclusive; % of busy)", ["device", *buckets],
+    """The exclusive bucket split over the steps (warm-up and gaps between steps left out) where a device has
+    steps, else over the whole window; the title says which."""
+    stepped = all(d.step_source != "none" and d.in_steps for d in summary.devices)
+
+    def split(d: DeviceSummary) -> tuple[dict[str, int], int]:
+        if stepped:
+            return d.in_steps.get("bucket_exclusive_ns", {}), int(d.in_steps.get("busy_ns") or 0)
+        return d.bucket_exclusive_ns, d.busy_ns
+
+    buckets = sorted({b for d in summary.devices for b in split(d)[0]}, key=bucket_sort_key)
+    where = "over the steps" if stepped else "whole window"
+    table = _table(f"Busy time by bucket, {where} (exclusive; % of busy)", ["device", *buckets],
                    [False] + [True] * len(buckets))
     for d in summary.devices:
-        parts = [d.bucket_exclusive_ns.get(b, 0) for b in buckets]
-        cells = [f"{fmt_ns(ns)} {fmt_pct(pct_of(ns, d.busy_ns), 0)}" for ns in parts]
+        parts, busy = split(d)
+        cells = [f"{fmt_ns(parts.get(b, 0))} {fmt_pct(pct_of(parts.get(b, 0), busy), 0)}" for b in buckets]
         table.add_row(_text(device_label(d.rank, d.device)), *cells)
     return table
 
@@ -151,6 +183,8 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     models = sorted({d.name for d in summary.devices if d.name})
     con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
     con.print(_device_table(summary))
+    for line in [*_structure_lines(summary), *runs_lines(summary)]:
+        con.print(_text(line))
     if any(d.bucket_exclusive_ns for d in summary.devices):
         con.print(_bucket_table(summary))
     if summary.findings:
@@ -158,9 +192,8 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     wi = summary.what_if
     saving = "not determined" if wi.comm_free_step_saving_ns is None else \
         f"{fmt_ns(wi.comm_free_step_saving_ns)} per step"
-    issue_only = issue_only_text(wi)
-    con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" + (f"; {issue_only}" if issue_only
-                                                                                   else "")))
+    extra = [part for part in (range_text(wi), issue_only_text(wi)) if part]
+    con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" + "".join(f"; {p}" for p in extra)))
     if summary.cross_rank is not None:
         con.print(_text("Cross-rank"), style="bold")
         for line in _cross_rank_lines(summary.cross_rank):

@@ -1,0 +1,26 @@
+"""The default and the check of ``--layer-pattern`` (the regex of range names that mark layers).
+
+Kept apart from :mod:`.layers` (which re-exports both) so that the CLI can read the default without importing
+pandas at start-up.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import BadInputError
+
+# NVTX / record_function ranges that mark layers: the whole name is a layer name with its number (layer_3,
+# layer3, Layer 3, layers.3, model.layers.3, decoder/layer_3) — not any name that contains "layer1" (TensorRT and
+# ResNet op paths such as "/layer1/layer1.0/conv1/Conv + Relu" are ops inside a stage, not layers)
+DEFAULT_LAYER_PATTERN = r"(?i)^(?:[\w.]*[./])?layers?[ _.]?\d+$"
+
+
+def check_layer_pattern(pattern: str | None) -> None:
+    """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression."""
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
+                from None
