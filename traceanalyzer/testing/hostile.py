@@ -83,7 +83,7 @@ def mutate_nsys(source: Path, folder: Path, mutation: str) -> Path:
 def read_kineto(path: Path) -> dict[str, Any]:
     """A Kineto trace (``.json`` or ``.json.gz``) as a dict."""
     data = Path(path).read_bytes()
-    return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)  # type: ignore[no-any-return]
+    return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
 
 
 def _kernels(doc: dict[str, Any]) -> list[dict[str, Any]]:
