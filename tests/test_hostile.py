@@ -352,3 +352,33 @@ def test_dropped_rows_change_the_numbers_only_by_what_was_dropped(capsys: pytest
 def test_every_mutation_is_exercised() -> None:
     assert set(NSYS_MUTATIONS) == set(NSYS_BAD) | set(IMPOSSIBLE_NSYS)
     assert set(KINETO_MUTATIONS) == set(KINETO_BAD) | set(IMPOSSIBLE_KINETO)
+
+
+# -- messages ------------------------------------------------------------------------------------------------------
+def test_readability_is_left_to_the_loader(capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """click no longer pre-checks readability (its usage error is 4 lines); an unreadable file is the loader's one
+    line (test_unreadable_file_is_one_line, not as root)."""
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
+    code, out, _ = run_cli(capsys, ["info", "--json", str(NSYS_FILE)])
+    assert code == 0 and json.loads(out)["counts"]["kernels"] > 0
+
+
+def test_library_warnings_do_not_reach_the_user() -> None:
+    """A pandas PerformanceWarning raised during a summary is not printed (run in a subprocess: pytest would
+    capture the warning itself)."""
+    script = (
+        "import sys, warnings\n"
+        "import pandas as pd\n"
+        "import traceanalyzer.pipeline as pipeline\n"
+        "real = pipeline.summarize_paths\n"
+        "def noisy(*a, **k):\n"
+        "    warnings.warn('DataFrame is highly fragmented', pd.errors.PerformanceWarning, stacklevel=1)\n"
+        "    return real(*a, **k)\n"
+        "pipeline.summarize_paths = noisy\n"
+        "from traceanalyzer.cli import main\n"
+        f"sys.exit(main(['summary', '--json', {str(KINETO_DIR)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "fragmented" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["devices"]
