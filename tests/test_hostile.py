@@ -304,6 +304,40 @@ def test_ctrl_c_under_jobs_stops_the_workers(tmp_path: Path) -> None:
     assert proc.returncode == 130 and err.strip().splitlines() == ["Interrupted."] and left == []
 
 
+def test_file_truncated_while_read_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.loaders import kineto_read
+
+    path = tmp_path / "rank0.json"
+    path.write_bytes(_kineto_text())
+    real = kineto_read._read_exactly
+
+    def truncated_meanwhile(fh: object, p: Path, total: int, progress: object) -> bytearray:
+        os.truncate(p, total // 2)  # another process cuts the file after it was opened and sized
+        return real(fh, p, total, progress)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kineto_read, "_read_exactly", truncated_meanwhile)
+    code, _, err = run_cli(capsys, ["summary", "--json", str(path)])
+    assert_error(code, err, path, "file changed while reading")
+
+
+def test_truncation_racing_the_reader_never_kills_it(shared_data: Path, tmp_path: Path) -> None:
+    """The issue's SIGBUS: a big plain .json truncated while loading. Exit 0 (read before the cut) or 2, never a
+    signal; with 2, one line."""
+    text = gzip.decompress((shared_data / "h200" / "kineto" / "nop2p_prefill_serial_rank0.json.gz").read_bytes())
+    for delay in (0.05, 0.2, 0.5, 1.0):
+        path = tmp_path / "rank0.json"
+        path.write_bytes(text)
+        proc = subprocess.Popen([sys.executable, "-m", "traceanalyzer.cli", "summary", "--json", str(path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        time.sleep(delay)
+        os.truncate(path, len(text) // 3)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 2), (delay, proc.returncode, err)
+        if proc.returncode == 2:
+            assert len(err.strip().splitlines()) == 1 and str(path) in err
+
+
 # -- impossible values ---------------------------------------------------------------------------------------------
 IMPOSSIBLE_NSYS = {
     "kernel_end_before_start_20pct": r"dropped 479 of 2,398 kernels rows that cannot be true: 479 ending before",
