@@ -17,14 +17,16 @@ from .detect import (
     open_regular,
     require_regular_file,
 )
+from .limits import Window, check_memory, json_size, kineto_estimate, window_trace
 
 
 def load_one(path: str | Path, *, progress: ProgressFn | None = None,
-             tables: frozenset[str] | None = None) -> Trace:
+             tables: frozenset[str] | None = None, window: Window | None = None) -> Trace:
     """Load one trace file into a normalized Trace (format detected from content).
 
-    ``tables`` limits which optional tables are read (kernels are always read). Rows that cannot be true are
-    dropped and reported in the trace's warnings (:mod:`.sanity`).
+    ``tables`` limits which optional tables are read (kernels are always read); ``window`` keeps the activity
+    starting inside it (:mod:`.limits`). Either format first checks the memory the load needs.
+    Rows that cannot be true are then dropped and reported in the trace's warnings (:mod:`.sanity`).
     """
     from .sanity import drop_impossible
 
@@ -32,10 +34,12 @@ def load_one(path: str | Path, *, progress: ProgressFn | None = None,
     if fmt == NSYS:
         from . import nsys
 
-        return drop_impossible(nsys.load(Path(path), progress=progress, tables=tables))
+        return drop_impossible(nsys.load(Path(path), progress=progress, tables=tables, window=window))
     from . import kineto
 
-    return drop_impossible(kineto.load(Path(path), progress=progress, tables=tables))
+    check_memory(path, kineto_estimate(json_size(Path(path))), None)
+    trace = kineto.load(Path(path), progress=progress, tables=tables)
+    return drop_impossible(trace if window is None else window_trace(trace, window))
 
 
 __all__ = ["GZIP_MAGIC", "KINETO", "NSYS", "SQLITE_MAGIC", "ProgressFn", "detect_format", "expand_paths",
