@@ -320,3 +320,16 @@ def test_different_layer_counts_are_not_comparable() -> None:
     assert result.reasons == ["layers per step differ: 4 vs 8"] and result.step["verdict"] == "not comparable"
     assert compare(replace(side, layers_per_step=4), replace(side, layers_per_step=None)).comparable
 
+
+
+def test_html_to_stdout_and_never_over_an_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before, after = AB / "tp2_decode_eager_c", AB / "tp2_decode_eager_c_nocomm"
+    assert main(["diff", str(before), "--vs", str(after), "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("<!DOCTYPE html>") and "traceanalyzer diff — faster" in captured.err
+    victim = tmp_path / "rank0.json.gz"
+    victim.write_bytes((after / "rank0.json.gz").read_bytes())
+    assert main(["diff", str(before), "--vs", str(victim), "-o", str(victim)]) == 2
+    assert "one of the input traces" in capsys.readouterr().err
+    assert victim.read_bytes() == (after / "rank0.json.gz").read_bytes()
+    assert main(["diff", str(before), "--vs", str(after), "-o", "-", "--json"]) == 2

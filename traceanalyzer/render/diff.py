@@ -190,19 +190,3 @@ def render_diff_html(result: DiffResult, generated_at: datetime | None = None) -
         overlap=None if result.kernel_overlap is None else f"{100 * result.kernel_overlap:.0f} %",
         css=Markup(_asset("report.css")))
 
-
-def check_output(output: Path) -> Path:
-    """The HTML target, refused (exit 2) before any work when it names a directory."""
-    from ..errors import BadInputError
-
-    target = Path(output)
-    if target.is_dir():
-        raise BadInputError(target, "is a directory", "give the diff a file name, e.g. -o reports/diff.html")
-    return target
-
-
-def write_diff_html(result: DiffResult, output: Path) -> Path:
-    """Write the diff page atomically (never a half-written file); returns the path written."""
-    from .html import write_atomic
-
-    return write_atomic(render_diff_html(result), check_output(output))

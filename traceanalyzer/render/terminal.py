@@ -58,10 +58,13 @@ def _table(title: str | None, columns: Sequence[str], numeric: Iterable[bool] = 
 
 
 def _text(value: Any) -> Any:
-    """Trace strings as literal rich Text (never parsed as markup)."""
+    """Trace strings as literal rich Text (never parsed as markup; control characters and ANSI escapes in file
+    and kernel names shown escaped, never acted on)."""
     from rich.text import Text
 
-    return Text("—" if value is None else str(value))
+    from ..errors import printable
+
+    return Text("—" if value is None else printable(value))
 
 
 # -- info ---------------------------------------------------------------------------------------------------------
