@@ -188,5 +188,5 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
                "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},
-        activity=act,
+        activity=act, layering=layers,
     )

@@ -71,6 +71,35 @@ class DeviceSummary:
     extra: dict[str, Any] = field(default_factory=dict)
     # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
     activity: Any = field(default=None, repr=False, compare=False)
+    # the analysis.layers.Layers behind per_layer (each kernel's layer), for exports; never in JSON
+    layering: Any = field(default=None, repr=False, compare=False)
+
+    # the JSON's names for figures kept in ``extra`` (notebooks read them as attributes)
+    @property
+    def kernels(self) -> int:
+        """Number of kernels on the device (JSON ``kernels``)."""
+        return int(self.extra.get("kernels", 0))
+
+    @property
+    def memops(self) -> int:
+        """Number of memory operations on the device (JSON ``memops``)."""
+        return int(self.extra.get("memops", 0))
+
+    @property
+    def layers(self) -> int:
+        """Number of layer instances found (JSON ``layers``; the table is ``per_layer``)."""
+        return int(self.extra.get("layers", 0))
+
+    @property
+    def window_ns(self) -> tuple[int, int]:
+        """First start and last end of the device's activity, ns (JSON ``window_ns``)."""
+        lo, hi = self.extra.get("window_ns", (0, self.span_ns))
+        return int(lo), int(hi)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Warnings about this device's analysis (JSON ``warnings``)."""
+        return list(self.extra.get("warnings", []))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any, SupportsFloat
 
 #: Buckets in display order (TAXONOMY.md); unknown buckets sort after these.
@@ -92,3 +94,26 @@ def issue_only_text(what_if: Any) -> str:
     if issue is None or base is None or what_if.basis == "gpu_transfer" or issue > base * ISSUE_ONLY_MAX_RATIO:
         return ""
     return f"counting NCCL's issue alone: {fmt_ns(issue)}"
+
+
+def display_name(name: str | None) -> str | None:
+    """A kernel name as shown to people: mangled C++ symbols (``_Z…``, as Kineto leaves some CUTLASS kernels)
+    demangled, others unchanged. The raw name stays in the data (``name`` columns, JSON evidence)."""
+    if not name or not name.startswith("_Z"):
+        return name
+    return _demangled(name)
+
+
+@lru_cache(maxsize=65536)
+def _demangled(name: str) -> str:
+    from ..classify.demangle import demangle
+
+    try:
+        return demangle(name) or name
+    except Exception:  # a display helper never fails a report
+        return name
+
+
+def display_names(names: Iterable[str | None]) -> list[str | None]:
+    """:func:`display_name` of many names (each distinct name demangled once)."""
+    return [display_name(n) for n in names]
