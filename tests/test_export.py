@@ -129,7 +129,7 @@ def test_docs_queries_run_and_answer(exported):
     results = [_rows(db, q) for q in queries]
     assert all(results), "every documented query returns rows"
     fts, top, per_layer, bandwidth, history = results
-    assert "AllReduce" in fts[0]["display_name"]
+    assert "AllReduce" in fts[0]["name"]
     # top kernels: at most 3 per (device, step, bucket); place 1 is the heaviest of its group
     groups: dict[tuple, list] = {}
     for r in top:

@@ -192,7 +192,7 @@ _SCHEMA: dict[str, dict[str, type]] = {
                 "idle_ns": int, "comm_ns": int, "comm_hidden_ns": int, "comm_exposed_ns": int,
                 "overlap_pct": float, "steps": int, "step_ns_median": int, "comm_exposed_per_step_ns": int},
     "kernels": {"trace_id": int, "rank": int, "device": int, "stream": int, "start_ns": int, "end_ns": int,
-                "duration_ns": int, "name": str, "display_name": str, "bucket": str, "subbucket": str,
+                "duration_ns": int, "name": str, "raw_name": str, "bucket": str, "subbucket": str,
                 "precision": str, "rule": str, "step": int, "layer": int, "correlation": int},
     "memops": {"trace_id": int, "rank": int, "device": int, "stream": int, "start_ns": int, "end_ns": int,
                "duration_ns": int, "kind": str, "copy_kind": str, "bytes": int, "name": str, "bucket": str,
@@ -202,7 +202,7 @@ _SCHEMA: dict[str, dict[str, type]] = {
     "layers": {"trace_id": int, "rank": int, "device": int, "step": int, "layer": int, "name": str,
                "start_ns": int, "end_ns": int, "duration_ns": int},
     "collectives": {"trace_id": int, "rank": int, "device": int, "start_ns": int, "end_ns": int,
-                    "duration_ns": int, "name": str, "display_name": str, "kind": str, "bytes": int,
+                    "duration_ns": int, "name": str, "raw_name": str, "kind": str, "bytes": int,
                     "transfer_ns": int, "wait_ns": int, "algbw_gbps": float, "busbw_gbps": float},
     "findings": {"run_id": int, "trace_id": int, "id": str, "title": str, "impact_ns_per_step": int,
                  "impact_pct_of_step": float, "severity": str, "recommendation": str, "rank": int, "device": int,
@@ -226,12 +226,12 @@ def _create_schema(db: sqlite_utils.Database) -> None:
         db["kernels"].create_index(["trace_id", "bucket", "step"], index_name="idx_kernels_bucket")
         db["devices"].create_index(_WHERE, index_name="idx_devices_where")
         db["findings"].create_index(["run_id"], index_name="idx_findings_run")
-        db["kernels"].enable_fts(["name", "display_name"], fts_version="FTS5", create_triggers=False)
+        db["kernels"].enable_fts(["name", "raw_name"], fts_version="FTS5", create_triggers=False)
 
 
 def _populate_fts(db: sqlite_utils.Database, trace_ids: list[int]) -> None:
     marks = ", ".join("?" for _ in trace_ids)
-    db.execute(f"INSERT INTO kernels_fts (rowid, name, display_name) SELECT rowid, name, display_name FROM kernels "
+    db.execute(f"INSERT INTO kernels_fts (rowid, name, raw_name) SELECT rowid, name, raw_name FROM kernels "
                f"WHERE trace_id IN ({marks})", trace_ids)
 
 
@@ -309,20 +309,26 @@ def _steps_of(dev: DeviceSummary, starts: np.ndarray) -> np.ndarray:
     return np.where(row >= 0, ps["step"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
 
 
-def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int) -> int:
+def _names(raw: list[str | None]) -> tuple[list[str | None], list[str | None]]:
+    """(raw name where it differs from the shown one, else None; shown name): mangled symbols demangled."""
     from .render.formatting import display_names
 
+    shown = display_names(raw)
+    return [r if r != s else None for r, s in zip(raw, shown, strict=True)], shown
+
+
+def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int) -> int:
     act = dev.activity
     k, trace = act.kernels, act.trace
     if not len(k):
         return 0
     start, end = k["start_ns"], k["end_ns"]
-    names = trace.names(k["name_id"]).tolist()
+    raw, names = _names(trace.names(k["name_id"]).tolist())
     layer = dev.layering.kernel_layer() if dev.layering is not None else np.full(len(k), -1)
     return _bulk(db, "kernels", {
         "trace_id": np.full(len(k), trace_id), "rank": np.full(len(k), dev.rank), "device": np.full(len(k), dev.device),
         "stream": k["stream"], "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
-        "display_name": display_names(names), "bucket": act.kernel_bucket.tolist(),
+        "raw_name": raw, "bucket": act.kernel_bucket.tolist(),
         "subbucket": _strings(trace, k, "subbucket_id"), "precision": _strings(trace, k, "precision_id"),
         "rule": _strings(trace, k, "rule_id"), "step": _steps_of(dev, start), "layer": layer,
         "correlation": k["correlation"]})
@@ -346,13 +352,13 @@ def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int)
 def _collective_frame(summary: Summary, dev: DeviceSummary) -> pd.DataFrame:
     from .analysis.collectives import with_transfer
     from .findings.comm_rules import link_peak_gbps
-    from .render.formatting import display_names
 
     if not len(dev.collectives):
         return dev.collectives
     cr = summary.cross_rank
     c = with_transfer(dev.collectives, dev.rank, cr.per_collective if cr else None, link_peak_gbps(dev.name))
-    c = c.assign(display_name=display_names(c["name"].astype(str).tolist()))
+    raw, names = _names(c["name"].tolist())
+    c = c.assign(name=names, raw_name=raw)
     return _with_device(c.drop(columns=["compute_beside_ns"]), dev)
 
 

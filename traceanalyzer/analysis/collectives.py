@@ -174,6 +174,10 @@ def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataF
     from .cross_rank import bus_factor
 
     c = collectives.reset_index(drop=True)
+    missing = {"bytes": -1, "group_size": -1, "kind": "other", "exposed_ns": np.nan}  # frames built by hand
+    c = c.assign(**{k: v for k, v in missing.items() if k not in c.columns})
+    if "duration_ns" not in c.columns:
+        c = c.assign(duration_ns=c["end_ns"] - c["start_ns"])
     transfer = c["duration_ns"].to_numpy(np.int64).copy()
     wait = np.zeros(len(c), dtype=np.int64)
     matched = np.zeros(len(c), dtype=bool)

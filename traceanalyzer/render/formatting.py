@@ -25,6 +25,15 @@ FALLBACK_COLOR = "#6c757d"
 IDLE_COLOR = "#e9ecef"
 HIDDEN_COLOR = "#f4a582"
 EXPOSED_COLOR = "#b2182b"
+#: Colours of devices/ranks in charts that compare them: blues, greens, purples and greys only, so no rank is
+#: ever drawn in the red/orange of communication, "exposed" or "hidden".
+RANK_COLORS: tuple[str, ...] = ("#1f5fa8", "#2a9d8f", "#6a3d9a", "#5e8c31", "#17a2b8", "#4a4a8a", "#8c8c8c",
+                                "#0b3d5c")
+
+
+def rank_color(index: int) -> str:
+    """The chart colour of the ``index``-th device (cycling through :data:`RANK_COLORS`)."""
+    return RANK_COLORS[index % len(RANK_COLORS)]
 
 
 def bucket_sort_key(bucket: str) -> tuple[int, str]:
@@ -54,6 +63,25 @@ def fmt_ns(ns: SupportsFloat | None, *, unit: str | None = None) -> str:
         return f"{scaled:.0f} ns"
     digits = 3 if abs(scaled) < 10 else 2 if abs(scaled) < 100 else 1
     return f"{scaled:.{digits}f} {unit}"
+
+
+def fmt_bytes(n: SupportsFloat | None) -> str:
+    """A message size in binary units (``128 MiB``); ``—`` when unknown (None, NaN or negative)."""
+    if n is None or (isinstance(n, float) and math.isnan(n)) or float(n) < 0:
+        return "—"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" or value == int(value) else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def fmt_gbps(value: float | None) -> str:
+    """A bandwidth in GB/s (10⁹ B/s); ``—`` when unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.1f} GB/s" if value < 100 else f"{value:.0f} GB/s"
 
 
 def fmt_ms(ns: SupportsFloat | None) -> str:

@@ -15,12 +15,25 @@ import numpy as np
 import pandas as pd
 
 from .figures import column, durations_ns, layer_totals
-from .formatting import bucket_color, bucket_sort_key, device_label, fmt_ms, fmt_ns, fmt_pct, issue_only_text, pct_of
+from .formatting import (
+    bucket_color,
+    bucket_sort_key,
+    device_label,
+    display_name,
+    display_names,
+    fmt_bytes,
+    fmt_gbps,
+    fmt_ns,
+    fmt_pct,
+    issue_only_text,
+    pct_of,
+)
 
 if TYPE_CHECKING:
     from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
 
-MAX_TABLE_ROWS = 200
+MAX_TABLE_ROWS = 200  # rows shown at once; the next ones sit behind a "more rows" expander
+MAX_EXPANDED_ROWS = 2000  # rows behind the expander at most (the page stays light); `export` has them all
 TOP_KERNELS_PER_BUCKET = 10
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
@@ -93,7 +106,7 @@ def headline(summary: Summary) -> list[dict[str, str]]:
         n_steps = max((d.steps for d in devices), default=0)
         plural = "" if n_steps == 1 else "s"
         cards.append({"label": "median step", "value": fmt_ns(step), "sub": f"{n_steps} step{plural} profiled"})
-    per_step = [d.comm_exposed_per_step_ns for d in devices if d.comm_exposed_per_step_ns is not None]
+    per_step = [d.comm_exposed_per_step_ns for d in devices if d.comm_exposed_per_step_ns is not None and d.comm_ns]
     if per_step:
         worst = max(per_step)
         cards.append({"label": "exposed comm per step (worst device)", "value": fmt_ns(worst),
@@ -105,7 +118,9 @@ def headline(summary: Summary) -> list[dict[str, str]]:
         cards.append({"label": "communication hidden under compute", "value": fmt_pct(pct_of(hidden, comm)),
                       "sub": f"comm is {fmt_pct(pct_of(comm, busy))} of busy time"})
     saving = summary.what_if.comm_free_step_saving_ns
-    if saving is not None:
+    if not comm:
+        cards.append({"label": "communication", "value": "none", "sub": "no collective or peer copy ran"})
+    elif saving is not None:
         sub = [f"{fmt_pct(pct_of(saving, step))} of the step"] if step else []
         sub += [f"basis: {summary.what_if.basis}", issue_only_text(summary.what_if)]
         cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
@@ -138,10 +153,28 @@ def findings(summary: Summary) -> list[dict[str, Any]]:
     for f in ordered:
         pct = f.impact_pct_of_step if f.impact_pct_of_step is not None else pct_of(f.impact_ns_per_step, step)
         rows.append({"id": f.id, "title": f.title, "severity": f.severity, "recommendation": f.recommendation,
-                     "impact": f"{fmt_ms(f.impact_ns_per_step)} ms/step" if f.impact_ns_per_step is not None
+                     "impact": f"{fmt_ns(f.impact_ns_per_step)}/step" if f.impact_ns_per_step is not None
                      else "not quantified", "pct": fmt_pct(pct),
                      "evidence": [(str(k), _evidence_text(v)) for k, v in f.evidence.items()]})
     return rows
+
+
+def not_applicable(summary: Summary) -> dict[str, str]:
+    """What does not apply to these traces, said instead of drawing an empty chart: ``comm`` (no device
+    communicates), ``steps`` (no device has two steps), ``ranks`` (one rank); ``""`` where it applies."""
+    devices = summary.devices
+    out = {"comm": "", "steps": "", "ranks": ""}
+    if not any(d.comm_ns for d in devices):
+        out["comm"] = ("No communication kernels or peer copies in these traces: hidden vs exposed communication, "
+                       "per-layer and per-collective exposure, cross-rank wait and the what-if do not apply.")
+    if not any(d.steps >= 2 for d in devices):
+        found = max((d.steps for d in devices), default=0)
+        out["steps"] = (f"{'One step' if found == 1 else 'No step'} found (sources: "
+                        f"{', '.join(sorted({d.step_source for d in devices})) or 'none'}): a step-by-step chart needs "
+                        "two or more; the figures above cover the whole profiled window.")
+    if len({d.rank for d in devices}) < 2:
+        out["ranks"] = "One rank: cross-rank wait, skew and straggler need two or more ranks."
+    return out
 
 
 # -- tables --------------------------------------------------------------------------------------------------
@@ -162,11 +195,12 @@ _NS_COLUMN = re.compile(r"_ns(_r\d+)?$")  # integer-ns columns, per-rank ones in
 
 
 def _header(col: str) -> str:
-    """``comm_exposed_ns`` → ``comm exposed (ms)``, ``wait_ns_r1`` → ``wait r1 (ms)``; others unchanged."""
+    """``comm_exposed_ns`` → ``comm exposed``, ``wait_ns_r1`` → ``wait r1`` (cells carry their unit); others
+    unchanged."""
     m = _NS_COLUMN.search(col)
     if m is None:
         return col
-    return (col[: m.start()] + (m.group(1) or "")).replace("_", " ") + " (ms)"
+    return (col[: m.start()] + (m.group(1) or "")).replace("_", " ")
 
 
 def _cell(value: Any, col: str) -> str:
@@ -176,7 +210,7 @@ def _cell(value: Any, col: str) -> str:
     if unknown_marker and (_NS_COLUMN.search(col) or col.endswith("rank")):  # -1 = not known (schema)
         return "—"
     if _NS_COLUMN.search(col) and isinstance(value, (int, float, np.integer, np.floating)):
-        return fmt_ms(value)
+        return fmt_ns(value)
     if isinstance(value, (float, np.floating)):
         number = float(value)
         return f"{number:,.0f}" if abs(number) >= 1e5 else f"{number:.4g}"
@@ -187,11 +221,14 @@ def frame_table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
                 max_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
     """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    shown = df[cols].head(max_rows)
+    frame = df[cols].head(max_rows + MAX_EXPANDED_ROWS)
+    if "name" in cols:
+        frame = frame.assign(name=display_names(frame["name"].tolist()))
     heads = [_header(c) for c in cols]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
-    rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in shown.itertuples(index=False)]
-    return {"columns": heads, "rows": rows, "numeric": numeric, "omitted": max(len(df) - max_rows, 0)}
+    rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in frame.itertuples(index=False)]
+    return {"columns": heads, "rows": rows[:max_rows], "more": rows[max_rows:], "numeric": numeric,
+            "omitted": max(len(df) - max_rows - MAX_EXPANDED_ROWS, 0)}
 
 
 def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
@@ -208,28 +245,44 @@ def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
                             "exposed_median_ns"])
 
 
-def collective_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
-    """Collectives grouped by name per device: count, total, exposed, hidden, mean/p50/p99 duration."""
-    rows = []
+def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | None = None) -> dict[str, Any] | None:
+    """Collectives grouped by name and message size per device: count, total, exposed, mean and p99 duration,
+    transfer and wait (cross-rank), algbw and busbw against the link's peak where it is known."""
+    from ..analysis.collectives import with_transfer
+    from ..findings.comm_rules import link_peak_gbps
+
+    rows, peaks = [], set()
     for d in devices:
-        df = d.collectives
-        name = column(df, "name", "collective")
-        if not len(df) or name is None:
+        if not len(d.collectives) or "name" not in d.collectives.columns:
             continue
-        dur = durations_ns(df)
-        ex_col = column(df, "exposed_ns", "comm_exposed_ns")
-        exposed = df[ex_col].to_numpy(dtype=float) if ex_col else np.full(len(df), np.nan)
-        for key, idx in df.groupby(name, sort=True, observed=True).indices.items():
-            du = dur[idx]
-            ex = exposed[idx]
-            rows.append([device_label(d.rank, d.device), str(key), str(len(idx)), fmt_ms(du.sum()),
-                         fmt_ms(np.nansum(ex)), fmt_pct(pct_of(np.nansum(ex), du.sum())), fmt_ms(du.mean()),
-                         fmt_ms(np.percentile(du, 50)), fmt_ms(np.percentile(du, 99))])
+        peak = link_peak_gbps(d.name)
+        df = with_transfer(d.collectives, d.rank, cross.per_collective if cross else None, peak)
+        if peak:
+            peaks.add(f"{d.name}: {peak:g} GB/s")
+        for (name, size), g in df.groupby([df["name"].astype(str), "bytes"], sort=True):
+            du = g["duration_ns"].to_numpy(dtype=float)
+            ex = float(np.nansum(g["exposed_ns"].to_numpy(dtype=float)))
+            busbw = g["busbw_gbps"].to_numpy(dtype=float)
+            bw_pct = g["busbw_pct_of_peak"].to_numpy(dtype=float)
+            rows.append([device_label(d.rank, d.device), display_name(str(name)), str(len(g)),
+                         fmt_bytes(size), fmt_ns(du.sum()), fmt_ns(ex), fmt_pct(pct_of(ex, du.sum())),
+                         fmt_ns(du.mean()), fmt_ns(np.percentile(du, 99)),
+                         fmt_ns(g["transfer_ns"].mean()) if g["matched"].any() else "—",
+                         fmt_ns(g["wait_ns"].mean()) if g["matched"].any() else "—",
+                         fmt_gbps(_nanmedian(g["algbw_gbps"].to_numpy(dtype=float))), fmt_gbps(_nanmedian(busbw)),
+                         fmt_pct(_nanmedian(bw_pct), 0)])
     if not rows:
         return None
-    cols = ["device", "collective", "count", "total (ms)", "exposed (ms)", "exposed %", "mean (ms)",
-            "p50 (ms)", "p99 (ms)"]
-    return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 7, "omitted": 0}
+    cols = ["device", "collective", "count", "size", "total", "exposed", "exposed %", "mean", "p99", "transfer",
+            "wait", "algbw", "busbw", "busbw % of link peak"]
+    note = ("link peak (vendor, per GPU, one direction): " + "; ".join(sorted(peaks))) if peaks else \
+        "link peak unknown for these GPUs"
+    return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 12, "omitted": 0, "note": note}
+
+
+def _nanmedian(values: np.ndarray) -> float | None:
+    ok = values[~np.isnan(values)]
+    return float(np.median(ok)) if len(ok) else None
 
 
 def gap_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
@@ -240,11 +293,11 @@ def gap_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         if not len(df):
             continue
         dur = durations_ns(df)
-        rows.append([device_label(d.rank, d.device), str(len(dur)), fmt_ms(dur.sum()),
+        rows.append([device_label(d.rank, d.device), str(len(dur)), fmt_ns(dur.sum()),
                      fmt_ns(np.percentile(dur, 50)), fmt_ns(np.percentile(dur, 90)), fmt_ns(dur.max())])
     if not rows:
         return None
-    return {"columns": ["device", "segments", "total (ms)", "p50", "p90", "max"], "rows": rows,
+    return {"columns": ["device", "segments", "total", "p50", "p90", "max"], "rows": rows,
             "numeric": [False] + [True] * 5, "omitted": 0}
 
 
@@ -252,8 +305,8 @@ def cross_rank(cr: CrossRankSummary | None) -> dict[str, Any] | None:
     """Cross-rank facts and the wait-by-rank table."""
     if cr is None:
         return None
-    table = {"columns": ["rank", "wait/skew (ms)", "straggler"],
-             "rows": [[str(r), fmt_ms(ns), "yes" if r == cr.straggler_rank else ""]
+    table = {"columns": ["rank", "wait/skew", "straggler"],
+             "rows": [[str(r), fmt_ns(ns), "yes" if r == cr.straggler_rank else ""]
                       for r, ns in sorted(cr.wait_ns_by_rank.items())],
              "numeric": [False, True, False], "omitted": 0}
     return {"matched": cr.collectives_matched, "transfer_per_step": fmt_ns(cr.transfer_ns_per_step),
