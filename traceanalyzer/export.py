@@ -59,8 +59,8 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
 
     Without ``append`` the database is written to a temporary file and renamed (a failed export leaves no half
     database, and a file already at ``output`` is replaced); with ``append`` the run is added to a copy of
-    ``output`` (created when absent) that then replaces it. ``output`` may not be one of the input traces. The other keywords
-    are the summary's options.
+    ``output`` (created when absent) that then replaces it. ``output`` may not be one of the input traces. The
+    other keywords are the summary's options.
     """
     from .analysis.results import Summary
 

@@ -241,9 +241,10 @@ def cross_rank_figure(cross: CrossRankSummary) -> go.Figure | None:
     ranks = sorted(cross.wait_ns_by_rank)
     colors = [rank_color(i) for i in range(len(ranks))]
     names = [f"rank {r}" + (" (straggler)" if r == cross.straggler_rank else "") for r in ranks]
+    outline = {"color": "#222", "width": [2 if r == cross.straggler_rank else 0 for r in ranks]}
     fig = go.Figure(go.Bar(x=names, y=[cross.wait_ns_by_rank[r] / 1e6 for r in ranks],
-                           marker={"color": colors, "line": {"color": "#222", "width": [
-                               2 if r == cross.straggler_rank else 0 for r in ranks]}}, hovertemplate="%{x}: %{y:.3f} ms waiting<extra></extra>"))
+                           marker={"color": colors, "line": outline},
+                           hovertemplate="%{x}: %{y:.3f} ms waiting<extra></extra>"))
     fig.update_layout(**_BASE_LAYOUT, height=300, yaxis={"title": {"text": "wait/skew ms over the window"}},
                       xaxis={"type": "category"}, showlegend=False)
     fig.update_layout(margin={"l": 60})
