@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 
 from ..api import DEFAULT_LAYER_PATTERN
+from ..errors import BadInputError
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
 from .layers import Layers, layer_table
 from .results import DeviceSummary
-from .steps import step_windows
+from .steps import annotation_names, has_range, step_windows
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions
@@ -159,6 +160,11 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     steps = step_windows(act, step_range) if steps is None else steps
     warnings: list[str] = []
     if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):
+        if not has_range(trace, step_range):
+            names = annotation_names(trace)
+            raise BadInputError(trace.path, f"--step-range {step_range!r} matches no range in the trace",
+                                f"ranges it has: {', '.join(names)}" if names else
+                                "it has no NVTX / record_function ranges; leave --step-range out")
         warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
                         f"steps from {steps['source'].iloc[0]} instead")
     layers = layer_table(act, steps, layer_pattern) if layers is None else layers

@@ -30,6 +30,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
 
@@ -286,3 +287,34 @@ def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataF
     found = found.assign(start_ns=found["start_ns"].clip(lower=lo), end_ns=found["end_ns"].clip(upper=hi))
     found = found[found["end_ns"] > found["start_ns"]]
     return found.reset_index(drop=True)
+
+
+ANNOTATION_KINDS = ("nvtx", "user_annotation", "gpu_user_annotation", "profiler_step")
+_NUMBERS = re.compile(r"\d+")
+
+
+def annotation_names(trace: Trace, limit: int = 12) -> list[str]:
+    """Names of the trace's NVTX / record_function / ProfilerStep ranges, most frequent first, numbered families
+    shown once (``layer_0`` … ``layer_15`` → ``layer_N (16 names)``); at most ``limit`` entries."""
+    r = trace.ranges
+    kinds = [i for i in map(trace.strings.get, ANNOTATION_KINDS) if i >= 0]
+    ids, counts = np.unique(r["name_id"][np.isin(r["kind_id"], kinds) & (r["name_id"] >= 0)], return_counts=True)
+    families: dict[str, list[int]] = {}
+    for i, n in zip(ids.tolist(), counts.tolist(), strict=True):
+        name = trace.strings[i]
+        family = families.setdefault(_NUMBERS.sub("N", name), [0, 0])
+        family[0] += n
+        family[1] += 1
+    named = {i: trace.strings[i] for i in ids.tolist()}
+    out = []
+    for family, (_, members) in sorted(families.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        single = next((v for v in named.values() if _NUMBERS.sub("N", v) == family), family) if members == 1 \
+            else f"{family} ({members} names)"
+        out.append(single)
+    return out[:limit] + ([f"… ({len(out) - limit} more)"] if len(out) > limit else [])
+
+
+def has_range(trace: Trace, name: str) -> bool:
+    """Whether any range of the trace has exactly this name."""
+    sid = trace.strings.get(name)
+    return sid >= 0 and bool((trace.ranges["name_id"] == sid).any())

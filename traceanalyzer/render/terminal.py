@@ -98,7 +98,17 @@ def print_info(path: str | Path, result: dict[str, Any], console: Console | None
     counts = _table("activity counts", ["kind", "count"], [False, True])
     for key, value in result.get("counts", {}).items():
         counts.add_row(key, f"{value:,}")
+    if result.get("graph_launches"):
+        counts.add_row("cuda_graph_launches", f"{result['graph_launches']:,}")
     con.print(counts)
+    if result.get("files"):
+        files = _table("files", ["file", "ranks", "kernels"], [False, False, True])
+        for f in result["files"]:
+            files.add_row(_text(Path(f["path"]).name), ", ".join(map(str, f["ranks"])) or "—",
+                          f"{f['counts']['kernels']:,}")
+        con.print(files)
+    for hint in result.get("hints", []):
+        con.print(_text(f"note: {hint}"))
     print_warnings(result.get("warnings", []), err_console)
 
 
