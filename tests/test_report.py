@@ -320,3 +320,18 @@ def test_more_rows_expand_and_name_colours_stay_apart() -> None:
     assert '<details class="more"><summary>5 more rows</summary>' in page and "gemm_14" in page
     reds = {EXPOSED_COLOR, HIDDEN_COLOR, BUCKET_COLORS["communication"]}
     assert not reds & set(RANK_COLORS)
+
+
+def test_mangled_names_are_shown_demangled_and_long_durations_in_seconds() -> None:
+    from traceanalyzer.render.sections import findings, top_kernel_groups
+
+    mangled = "_ZN7cutlass13device_kernelIN4cute5tupleIJiiEEEEEvNT_6ParamsE"
+    traces = make_traces()
+    summary = make_summary(traces)
+    summary.devices[0].top_kernels = summary.devices[0].top_kernels.assign(name=[mangled, "ncclKernel"])
+    summary.findings[0].impact_ns_per_step = 3_139_821_000
+    names = [row[0] for g in top_kernel_groups(summary.devices)[0]["groups"] for row in g["table"]["rows"]]
+    assert names[0].startswith("cutlass::device_kernel<cute::tuple<int, int>") and mangled not in names
+    assert findings(summary)[0]["impact"] == "3.140 s/step"
+    page = render_html(summary, traces, cdn=True)
+    assert "cutlass::device_kernel&lt;cute::tuple" in page and mangled not in page

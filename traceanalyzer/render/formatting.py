@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from functools import lru_cache
 from typing import Any, SupportsFloat
+
+from ..classify.demangle import display_name, display_names
+
+__all__ = ["display_name", "display_names"]  # re-exported: renderers format names from here
 
 #: Buckets in display order (TAXONOMY.md); unknown buckets sort after these.
 BUCKET_ORDER: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory",
@@ -123,25 +125,3 @@ def issue_only_text(what_if: Any) -> str:
         return ""
     return f"counting NCCL's issue alone: {fmt_ns(issue)}"
 
-
-def display_name(name: str | None) -> str | None:
-    """A kernel name as shown to people: mangled C++ symbols (``_Z…``, as Kineto leaves some CUTLASS kernels)
-    demangled, others unchanged. The raw name stays in the data (``name`` columns, JSON evidence)."""
-    if not name or not name.startswith("_Z"):
-        return name
-    return _demangled(name)
-
-
-@lru_cache(maxsize=65536)
-def _demangled(name: str) -> str:
-    from ..classify.demangle import demangle
-
-    try:
-        return demangle(name) or name
-    except Exception:  # a display helper never fails a report
-        return name
-
-
-def display_names(names: Iterable[str | None]) -> list[str | None]:
-    """:func:`display_name` of many names (each distinct name demangled once)."""
-    return [display_name(n) for n in names]
