@@ -180,6 +180,17 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def _repr_html_(self) -> str:
+        """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
+        from .notebook import summary_html
+
+        return summary_html(self)
+
+    def __repr__(self) -> str:
+        names = ", ".join(t.path.rsplit("/", 1)[-1] for t in self.traces)
+        return (f"Summary({names}: {len(self.devices)} device(s), {len(self.findings)} finding(s), "
+                f"comm_free_step_saving_ns={self.what_if.comm_free_step_saving_ns})")
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema_version": JSON_SCHEMA_VERSION,

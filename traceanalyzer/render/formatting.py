@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, SupportsFloat
 
-from ..classify.demangle import display_name, display_names
-
-__all__ = ["display_name", "display_names"]  # re-exported: renderers format names from here
+from ..classify.demangle import display_name as display_name  # re-exported: renderers format names from here
+from ..classify.demangle import display_names as display_names
+from ..units import fmt_ns as fmt_ns
+from ..units import fmt_pct as fmt_pct
 
 #: Buckets in display order (TAXONOMY.md); unknown buckets sort after these.
 BUCKET_ORDER: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory",
@@ -51,22 +52,6 @@ def bucket_color(bucket: str) -> str:
     return BUCKET_COLORS.get(bucket, FALLBACK_COLOR)
 
 
-def fmt_ns(ns: SupportsFloat | None, *, unit: str | None = None) -> str:
-    """A duration in the most readable unit (``12.3 ms``); ``—`` when unknown."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "—"
-    value = float(ns)
-    if unit is None:
-        mag = abs(value)
-        unit = "s" if mag >= 1e9 else "ms" if mag >= 1e6 else "µs" if mag >= 1e3 else "ns"
-    scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "us": 1e3, "ns": 1.0}[unit]
-    scaled = value / scale
-    if unit == "ns":
-        return f"{scaled:.0f} ns"
-    digits = 3 if abs(scaled) < 10 else 2 if abs(scaled) < 100 else 1
-    return f"{scaled:.{digits}f} {unit}"
-
-
 def fmt_bytes(n: SupportsFloat | None) -> str:
     """A message size in binary units (``128 MiB``); ``—`` when unknown (None, NaN or negative)."""
     if n is None or (isinstance(n, float) and math.isnan(n)) or float(n) < 0:
@@ -91,13 +76,6 @@ def fmt_ms(ns: SupportsFloat | None) -> str:
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
         return "—"
     return f"{float(ns) / 1e6:.3f}"
-
-
-def fmt_pct(value: float | None, digits: int = 1) -> str:
-    """A percentage (``42.0 %``); ``—`` when unknown."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value:.{digits}f} %"
 
 
 def pct_of(part: float | int | None, whole: float | int | None) -> float | None:
