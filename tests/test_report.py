@@ -295,8 +295,10 @@ def test_single_gpu_without_communication_says_what_does_not_apply() -> None:
     assert "One rank: cross-rank wait, skew and straggler need two or more ranks." in page
     assert "Step by step" not in page and "exposed (SM idle)" not in page
     assert ">none<" in page  # the headline says there is no communication instead of "0 ns exposed"
+    assert "<th class=\"num\">exposed</th>" not in page  # the device table drops the communication columns
     full = render_html(make_summary(make_traces()), make_traces(), cdn=True)
     assert "Step by step: duration and exposed communication" in full and "exposed (SM idle)" in full
+    assert "<th class=\"num\">exposed</th>" in full
 
 
 def test_more_rows_expand_and_name_colours_stay_apart() -> None:

@@ -179,16 +179,19 @@ def not_applicable(summary: Summary) -> dict[str, str]:
 
 # -- tables --------------------------------------------------------------------------------------------------
 def device_rows(summary: Summary) -> dict[str, Any]:
-    """The per-device numbers table."""
-    cols = ["device", "span", "busy", "idle", "comm", "hidden", "exposed", "overlap", "steps", "step median",
-            "exposed/step", "comm streams"]
+    """The per-device numbers table (without the communication columns when no device communicates)."""
+    comm = any(d.comm_ns for d in summary.devices)
+    cols = ["device", "span", "busy", "idle", *(["comm", "hidden", "exposed", "overlap"] if comm else []), "steps",
+            "step median", *(["exposed/step", "comm streams"] if comm else [])]
     rows = []
     for d in summary.devices:
-        rows.append([device_title(d), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns),
-                     fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps),
-                     fmt_ns(d.step_ns_median), fmt_ns(d.comm_exposed_per_step_ns),
-                     ", ".join(map(str, d.comm_streams)) or "—"])
-    return {"columns": cols, "rows": rows, "numeric": [False] + [True] * 10 + [False], "omitted": 0}
+        comm_cells = [fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct)]
+        rows.append([device_title(d), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns),
+                     *(comm_cells if comm else []), str(d.steps), fmt_ns(d.step_ns_median),
+                     *([fmt_ns(d.comm_exposed_per_step_ns), ", ".join(map(str, d.comm_streams)) or "—"] if comm
+                       else [])])
+    numeric = [False] + [True] * (len(cols) - 1 - (1 if comm else 0)) + ([False] if comm else [])
+    return {"columns": cols, "rows": rows, "numeric": numeric, "omitted": 0}
 
 
 _NS_COLUMN = re.compile(r"_ns(_r\d+)?$")  # integer-ns columns, per-rank ones included (wait_ns_r0)
