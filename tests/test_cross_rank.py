@@ -118,8 +118,8 @@ def test_bus_factor(kind: str, n: int, factor: float) -> None:
 
 @pytest.fixture(scope="module")
 def prefill_serial(shared_data):  # type: ignore[no-untyped-def]
-    from traceanalyzer.analysis.summary import summarize
     from traceanalyzer.api import load_many
+    from traceanalyzer.pipeline import summarize
 
     k = shared_data / "h200" / "kineto"
     return summarize(load_many([k / "prefill_serial_rank0.json.gz", k / "prefill_serial_rank1.json.gz"]),
@@ -154,7 +154,7 @@ def _synthetic_rank(rank: int, comm_start: int) -> Trace:
 
 
 def test_summarize_wires_cross_rank_and_what_if() -> None:
-    from traceanalyzer.analysis.summary import summarize
+    from traceanalyzer.pipeline import summarize
 
     s = summarize([_synthetic_rank(0, 4_000), _synthetic_rank(1, 5_000)], findings=False)
     cr = s.cross_rank

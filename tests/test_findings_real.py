@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from traceanalyzer.analysis.summary import SummaryOptions, summarize
+from traceanalyzer.analysis.summary import SummaryOptions
 from traceanalyzer.api import load_many
 from traceanalyzer.findings import FindingThresholds, run_findings
+from traceanalyzer.pipeline import summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -6,9 +6,10 @@ inside a step, warm-up activity outside the step windows, and the options (thres
 
 from __future__ import annotations
 
-from traceanalyzer.analysis.summary import SummaryOptions, summarize
+from traceanalyzer.analysis.summary import SummaryOptions
 from traceanalyzer.findings import FindingOptions, FindingThresholds, run_findings
 from traceanalyzer.findings.context import kinds_text
+from traceanalyzer.pipeline import summarize
 from traceanalyzer.testing.synth import make_trace
 
 US = 1_000

@@ -275,8 +275,8 @@ _CACHE: dict[str, Any] = {}
 
 
 def _summary(files: list[Path]):  # type: ignore[no-untyped-def]
-    from traceanalyzer.analysis.summary import summarize
     from traceanalyzer.api import load_many
+    from traceanalyzer.pipeline import summarize
 
     key = "|".join(map(str, files))
     if key not in _CACHE:

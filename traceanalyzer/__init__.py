@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .api import DEFAULT_LAYER_PATTERN, detect_format, info, load, load_many
+from ._version import __version__
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
+from .api import detect_format, info, load, load_many
 from .errors import BadInputError, ExitCode, TraceAnalyzerError
 from .trace import DeviceInfo, StringPool, Table, Trace
 
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
     from .analysis.results import Summary
     from .export import ExportResult
     from .loaders import ProgressFn
-
-__version__ = "0.1.0"
 
 PathLike = str | Path
 
@@ -43,7 +43,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
 
     >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])   # doctest: +SKIP
     """
-    from .analysis.summary import summary as _summary
+    from .pipeline import summary as _summary
 
     options: dict[str, Any] = {"step_range": step_range, "layer_pattern": layer_pattern, "rules": rules,
                                "gpu_log": gpu_log, "jobs": jobs, "findings": findings, "extra": extra or {}}
@@ -63,7 +63,8 @@ def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = No
     """
     from .report import report as _report
 
-    return _report(list(paths) if isinstance(paths, (list, tuple)) else [paths], output=output, rules=rules,
+    files: list[PathLike] = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    return _report(files, output=output, rules=rules,
                    jobs=jobs, step_range=step_range, layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn,
                    progress=progress)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -10,31 +9,31 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BadInputError, EmptyTraceError
+from .errors import EmptyTraceError
 from .loaders import ProgressFn, detect_format, expand_paths, load_one
 from .trace import Trace
 
 PathLike = str | Path
-DEFAULT_LAYER_PATTERN = r"layer_?\d+"  # NVTX / record_function ranges that mark layers
 
 
 def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
-         progress: ProgressFn | None = None) -> Trace:
+         tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> Trace:
     """Load one trace file (nsys SQLite export or Kineto JSON/.json.gz) into a normalized :class:`Trace`.
 
     With ``classify`` (default) the kernel table gets bucket/sub-bucket/precision/rule columns from the
     default rules, extended by the user rules file ``rules`` when given, then the context pass (expert GEMMs inside
     ``moe``/``experts`` ranges → moe_gemm; SendRecv inside ``all_to_all`` ranges → sub-bucket all_to_all).
+    ``tables`` limits the optional tables read (as ``loaders.load_one``; default all).
     """
-    trace = load_one(path, progress=progress)
+    trace = load_one(path, progress=progress, tables=tables)
     return classified(trace, rules) if classify else trace
 
 
 def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
     """Kernel/memop bucket columns from the rules (user ``rules`` first), then the context pass."""
-    from .classify import classify_trace, refine_with_context
+    from .classify import classified as classify_columns
 
-    return refine_with_context(classify_trace(trace, rules=rules))
+    return classify_columns(trace, rules)
 
 
 def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,
@@ -44,13 +43,18 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
     ``jobs > 1`` loads files in that many worker processes.
     """
     files = expand_paths(list(paths))
+    return assign_ranks_across_files(load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress))
+
+
+def load_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 1,
+               tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> list[Trace]:
+    """One Trace per file, in file order, ranks as the files give them; ``jobs > 1`` loads in that many worker
+    processes. ``tables`` limits the optional tables read (as ``loaders.load_one``)."""
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
-        traces = map_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress)
-    else:
-        traces = [load(f, rules=rules, classify=classify, progress=progress) for f in files]
-    return assign_ranks_across_files(traces)
+        return map_files(files, rules=rules, classify=classify, jobs=jobs, tables=tables, progress=progress)
+    return [load(f, rules=rules, classify=classify, tables=tables, progress=progress) for f in files]
 
 
 def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
@@ -74,57 +78,6 @@ def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
         out.append(replace(renumbered, devices=[replace(d, rank=new_rank) for d in trace.devices],
                            warnings=[*trace.warnings, note]))
     return out
-
-
-def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
-                    step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                    gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
-                    progress: ProgressFn | None = None) -> Any:
-    """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
-    commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields.
-
-    Returns an ``analysis.results.Summary``; errors as :func:`load_for_summary`.
-    """
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
-    from .analysis.summary import SummaryOptions, summarize
-
-    return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {}))
-
-
-def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
-                     layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                     progress: ProgressFn | None = None) -> list[Trace]:
-    """:func:`load_many` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
-    has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file."""
-    from .loaders.beside import meanwhile
-
-    check_layer_pattern(layer_pattern)
-    with meanwhile(_prepare_summary):
-        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
-    require_kernels(traces, paths)
-    return traces
-
-
-def _prepare_summary() -> None:
-    """What a summary needs after loading: the analysis and findings modules, the default rules."""
-    import importlib
-
-    from .classify.rules import default_rules
-
-    for module in ("analysis.summary", "classify", "findings"):
-        importlib.import_module(f"{__package__}.{module}")
-    default_rules()
-
-
-def check_layer_pattern(pattern: str | None) -> None:
-    """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression."""
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
-                from None
 
 
 def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
-from . import __version__
-from .api import DEFAULT_LAYER_PATTERN
+from ._version import __version__
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
+from .buckets import BUCKETS
 from .errors import ExitCode, TraceAnalyzerError
 
 _TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -76,16 +77,15 @@ def info(trace: Path, as_json: bool) -> None:
     print_info(trace, result)
 
 
-@cli.command(short_help="Classify kernel names into buckets.")
+@cli.command(short_help="Classify kernel names into buckets.",
+             help=f"Put kernel names into buckets ({', '.join(BUCKETS)}).\n\n"
+                  "NAMES_FILE holds one kernel name per line (UTF-8); '-' reads stdin. Prints bucket, sub-bucket, "
+                  "precision,\nconfidence and the matching rule per name, in input order.")
 @click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the classification JSON contract.")
 @_RULES
 def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
-    """Put kernel names into buckets (moe_fp4_gemm, moe_gemm, gemm, attention, communication, memory, other).
-
-    NAMES_FILE holds one kernel name per line (UTF-8); '-' reads stdin. Prints bucket, sub-bucket, precision,
-    confidence and the matching rule per name, in input order.
-    """
+    """Put kernel names into the buckets of :mod:`traceanalyzer.buckets` (help text built from them)."""
     from .classify import classify_names, read_names
 
     results = classify_names(read_names(names_file), rules=rules)
@@ -118,7 +118,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
     from .progress import progress_bar
 
     if hta_compat:
-        from .analysis.hta_compat import hta_compat as hta_fn
+        from .pipeline import hta_compat as hta_fn
 
         ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
                                             ("--layer-pattern", layer_pattern != DEFAULT_LAYER_PATTERN)) if given]
@@ -134,7 +134,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 
             print_hta_compat(hta_result)
         return
-    from .api import summarize_paths
+    from .pipeline import summarize_paths
 
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .api import DEFAULT_LAYER_PATTERN
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .errors import BadInputError, EmptyTraceError
+from .trace import Trace
 
 if TYPE_CHECKING:
     import sqlite_utils
 
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
-    from .trace import Trace
 
 PathLike = str | Path
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
@@ -69,12 +69,12 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
     if isinstance(traces, Summary):
         summary = traces
     else:
-        items = list(traces) if isinstance(traces, (list, tuple)) else [traces]
+        items: list[PathLike | Trace] = [traces] if isinstance(traces, (str, Path, Trace)) else list(traces)
         if not items:
             raise EmptyTraceError(None, "no trace files given")
         inputs = [p for p in items if isinstance(p, (str, Path))]
         check_output(target, inputs, append=append)
-        from .analysis.summary import summary as summarize
+        from .pipeline import summary as summarize
 
         summary = summarize(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
                             gpu_log=gpu_log, **({"progress": progress} if inputs else {}))
@@ -91,7 +91,7 @@ def check_output(target: Path, inputs: Iterable[PathLike], *, append: bool) -> N
         raise BadInputError(target, f"directory {target.parent} does not exist")
     from .loaders import expand_paths
 
-    existing = [Path(p) for p in inputs if Path(p).exists()]
+    existing: list[PathLike] = [Path(p) for p in inputs if Path(p).exists()]
     files = expand_paths(existing) if existing else []
     if target.exists() and any(target.resolve() == Path(f).resolve() for f in [*files, *existing]):
         raise BadInputError(target, "is one of the input traces; refusing to overwrite it",
@@ -143,29 +143,29 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
 
 # -- the tables ------------------------------------------------------------------------------------------------
 def _write(db: sqlite_utils.Database, summary: Summary, target: Path) -> ExportResult:
-    from . import __version__
+    from ._version import __version__
 
     _create_schema(db)
     payload = summary.to_json()
     wi = summary.what_if
     cr = summary.cross_rank
-    run_id = int(db["runs"].insert({
+    run_id = _insert_one(db, "runs", {
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "traceanalyzer_version": __version__, "json_schema_version": payload["schema_version"],
         "comm_free_step_saving_ns": wi.comm_free_step_saving_ns, "what_if_basis": wi.basis,
         "collectives_matched": cr.collectives_matched if cr else None,
         "straggler_rank": cr.straggler_rank if cr else None,
         "summary_json": json.dumps(payload, allow_nan=False, default=_json_default),
-    }).last_pk)
+    })
     trace_ids: dict[str, int] = {}
     for meta in summary.traces:
         window = meta.window_ns or (None, None)
-        trace_ids[meta.path] = int(db["traces"].insert({
+        trace_ids[meta.path] = _insert_one(db, "traces", {
             "run_id": run_id, "path": meta.path, "name": Path(meta.path).name, "format": meta.format,
             "tool_version": meta.tool_version, "schema_version": meta.schema_version,
             "ranks": json.dumps(meta.ranks), "devices": json.dumps(meta.devices, default=_json_default),
             "window_start_ns": window[0], "window_end_ns": window[1], "warnings": json.dumps(meta.warnings),
-        }).last_pk)
+        })
     rows = {name: 0 for name in TABLES}
     rows["runs"], rows["traces"] = 1, len(trace_ids)
     for dev in summary.devices:
@@ -213,20 +213,34 @@ _SCHEMA: dict[str, dict[str, type]] = {
 def _create_schema(db: sqlite_utils.Database) -> None:
     """Tables (with foreign keys), indexes and the kernel-name full-text index, when not there yet."""
     if "runs" not in db.table_names():
-        db["runs"].create(_SCHEMA["runs"], pk="id")
-        db["traces"].create(_SCHEMA["traces"], pk="id", foreign_keys=[("run_id", "runs", "id")])
+        _t(db, "runs").create(_SCHEMA["runs"], pk="id")
+        _t(db, "traces").create(_SCHEMA["traces"], pk="id", foreign_keys=[("run_id", "runs", "id")])
     for name in TABLES[2:]:
         if name in db.table_names():
             continue
         keys = [("trace_id", "traces", "id")] + ([("run_id", "runs", "id")] if name == "findings" else [])
-        db[name].create(_SCHEMA[name], foreign_keys=keys)
+        _t(db, name).create(_SCHEMA[name], foreign_keys=keys)
         if name in _INDEXED:
-            db[name].create_index([*_WHERE, "start_ns"], index_name=f"idx_{name}_where_start")
-    if "idx_kernels_bucket" not in {i.name for i in db["kernels"].indexes}:
-        db["kernels"].create_index(["trace_id", "bucket", "step"], index_name="idx_kernels_bucket")
-        db["devices"].create_index(_WHERE, index_name="idx_devices_where")
-        db["findings"].create_index(["run_id"], index_name="idx_findings_run")
-        db["kernels"].enable_fts(["name", "raw_name"], fts_version="FTS5", create_triggers=False)
+            _t(db, name).create_index([*_WHERE, "start_ns"], index_name=f"idx_{name}_where_start")
+    if "idx_kernels_bucket" not in {i.name for i in _t(db, "kernels").indexes}:
+        _t(db, "kernels").create_index(["trace_id", "bucket", "step"], index_name="idx_kernels_bucket")
+        _t(db, "devices").create_index(_WHERE, index_name="idx_devices_where")
+        _t(db, "findings").create_index(["run_id"], index_name="idx_findings_run")
+        _t(db, "kernels").enable_fts(["name", "raw_name"], fts_version="FTS5", create_triggers=False)
+
+
+def _t(db: sqlite_utils.Database, name: str) -> sqlite_utils.db.Table:
+    """A table of the database (sqlite-utils' ``db[name]`` may also be a view)."""
+    return db.table(name)
+
+
+def _insert_one(db: sqlite_utils.Database, name: str, row: dict[str, Any]) -> int:
+    """Insert one row; its primary key."""
+    table = _t(db, name)
+    table.insert(row)
+    if table.last_pk is None:
+        raise RuntimeError(f"no primary key for the row inserted into {name}")
+    return int(table.last_pk)
 
 
 def _populate_fts(db: sqlite_utils.Database, trace_ids: list[int]) -> None:
@@ -265,7 +279,7 @@ def _insert_frame(db: sqlite_utils.Database, table: str, df: pd.DataFrame, trace
     front = [c for c in _SCHEMA[table] if c in frame.columns]
     frame = frame[front + [c for c in frame.columns if c not in front]]
     records = [{k: _plain(v) for k, v in rec.items()} for rec in frame.to_dict(orient="records")]
-    db[table].insert_all(records, alter=True)
+    _t(db, table).insert_all(records, alter=True)
     return len(records)
 
 
@@ -377,5 +391,5 @@ def _insert_findings(db: sqlite_utils.Database, summary: Summary, run_id: int, t
                         "device": key[1] if key else None,
                         "evidence": json.dumps(f.evidence, allow_nan=False, default=_json_default)})
     if records:
-        db["findings"].insert_all(records)
+        _t(db, "findings").insert_all(records)
     return len(records)

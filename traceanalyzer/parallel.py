@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from . import errors
-from .loaders import ProgressFn
+from .loaders import ProgressFn, load_one
 from .trace import Trace
 
 PathLike = str | Path
 
 
 def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 2,
-              progress: ProgressFn | None = None) -> list[Trace]:
-    """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order.
+              tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> list[Trace]:
+    """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order. ``tables`` limits
+    the optional tables read (as ``loaders.load_one``).
 
     A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file; the
     files not yet started are cancelled.
@@ -33,7 +34,7 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     out: list[Trace | None] = [None] * len(paths)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[Any], int] = {
-            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify): i
+            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, tables): i
             for i, p in enumerate(paths)
         }
         pending = set(futures)
@@ -47,12 +48,22 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     return [t for t in out if t is not None]
 
 
-def _load_in_worker(path: str, rules: str | None, classify: bool) -> tuple[str, Any]:
-    """Worker side: ``("ok", trace)`` or ``("error", details)`` — exceptions never cross the process boundary."""
-    from .api import load
+def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
+              tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> Trace:
+    """One file loaded (``tables`` as ``loaders.load_one``) and, with ``classify``, classified (``rules`` first)."""
+    trace = load_one(path, progress=progress, tables=tables)
+    if not classify:
+        return trace
+    from .classify import classified
 
+    return classified(trace, rules)
+
+
+def _load_in_worker(path: str, rules: str | None, classify: bool,
+                    tables: frozenset[str] | None) -> tuple[str, Any]:
+    """Worker side: ``("ok", trace)`` or ``("error", details)`` — exceptions never cross the process boundary."""
     try:
-        return "ok", load(path, rules=rules, classify=classify)
+        return "ok", load_file(path, rules=rules, classify=classify, tables=tables)
     except errors.BadInputError as exc:
         return "bad_input", (type(exc).__name__, exc.path, exc.problem, exc.hint)
     except Exception as exc:  # an internal failure: reported in the parent with the file name
@@ -62,7 +73,8 @@ def _load_in_worker(path: str, rules: str | None, classify: bool) -> tuple[str, 
 def _unwrap(result: tuple[str, Any], path: Path, pool: ProcessPoolExecutor) -> Trace:
     kind, payload = result
     if kind == "ok":
-        return payload  # type: ignore[no-any-return]
+        trace: Trace = payload
+        return trace
     pool.shutdown(wait=False, cancel_futures=True)
     if kind == "bad_input":
         name, where, problem, hint = payload

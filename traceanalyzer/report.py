@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .analysis.results import Summary
-from .api import DEFAULT_LAYER_PATTERN
 from .errors import BadInputError, EmptyTraceError
 
 PathLike = str | Path
@@ -32,8 +32,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     through a temporary file and renamed, so a failed run never leaves half a report. ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
-    from .analysis.summary import SummaryOptions, summarize
-    from .api import load_for_summary
+    from .analysis.summary import SummaryOptions
+    from .pipeline import load_for_summary, summarize
     from .render.html import render_html, write_atomic
 
     if not paths:

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..api import DEFAULT_LAYER_PATTERN
+from ..buckets import EXCLUSIVE_PRECEDENCE
 from ..errors import BadInputError
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
-from .layers import Layers, layer_table
+from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import annotation_names, has_range, step_windows
 
@@ -36,18 +36,6 @@ if TYPE_CHECKING:
 
 TOP_KERNEL_COLUMNS = ["bucket", "subbucket", "name", "rule", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns"]
 GAP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "step", "layer"]
-# Used only until the classifier exports its own: compute claims first, communication before memory copies,
-# so exclusive communication time equals exposed communication.
-_FALLBACK_PRECEDENCE = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "other", "communication", "memory")
-
-
-def exclusive_precedence() -> tuple[str, ...]:
-    """Bucket order for the exclusive split (first claims first): the classifier's, else the fallback above."""
-    try:
-        from ..classify import EXCLUSIVE_PRECEDENCE
-    except ImportError:
-        return _FALLBACK_PRECEDENCE
-    return tuple(EXCLUSIVE_PRECEDENCE)
 
 
 def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
@@ -171,7 +159,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     lo, hi = act.span
     busy_ns = iv.lengths_sum(act.busy)
     sets = _bucket_sets(act)
-    order = exclusive_precedence()
+    order = EXCLUSIVE_PRECEDENCE
     hidden, exposed = iv.split(act.comm, act.compute)
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)

@@ -27,20 +27,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import BadInputError
-from ..loaders import KINETO, ProgressFn, detect_format, expand_paths, load_one
 from ..trace import Table, Trace
 
 COMM_RE = re.compile(r"^nccl.*Kernel")  # hta.utils.utils.NCCL_KERNEL_RE
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")  # MEMORY_KERNEL_RE
 NON_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")  # NCCL_COMPUTE_KERNEL_RE
 STEP_MARK = "ProfilerStep"
-_TABLES = frozenset({"memops", "api_calls", "ranges"})
+#: The optional tables these numbers read (kernels are always loaded): load only these.
+HTA_TABLES = frozenset({"memops", "api_calls", "ranges"})
 
 
 @dataclass
@@ -94,28 +92,9 @@ class HtaCompatResult:
         }
 
 
-def hta_compat(paths: Sequence[str | Path], progress: ProgressFn | None = None, jobs: int = 1) -> HtaCompatResult:
-    """Load rank traces (files or directories; ``jobs`` worker processes when > 1) and compute HTA's temporal
-    breakdown and overlap per rank."""
-    files = expand_paths(list(paths))
-    for f in files:
-        if detect_format(f) != KINETO:
-            raise BadInputError(f, "--hta-compat reads PyTorch profiler (Kineto) traces, HTA's input; "
-                                   "this is an SQLite file", "run summary without --hta-compat")
-    if jobs > 1 and len(files) > 1:
-        from ..parallel import map_files
-
-        traces = map_files(files, classify=False, jobs=jobs, progress=progress)
-    else:
-        traces = [load_one(f, progress=progress, tables=_TABLES) for f in files]
-    from ..api import require_kernels
-
-    require_kernels(traces, files)
-    return hta_compat_traces(traces)
-
-
 def hta_compat_traces(traces: Sequence[Trace]) -> HtaCompatResult:
-    """HTA's numbers for already loaded traces, one per rank."""
+    """HTA's numbers for already loaded traces (Kineto, at least :data:`HTA_TABLES`), one per rank; files are
+    loaded by :func:`traceanalyzer.pipeline.hta_compat`."""
     step_names = set().union(*(_step_names(t) for t in traces)) if traces else set()
     filter_steps = len(step_names) > 1  # HTA filters only when its symbol table has several ProfilerStep names
     rows = [_rank_numbers(t, i, filter_steps) for i, t in enumerate(traces)]

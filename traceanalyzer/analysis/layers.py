@@ -31,6 +31,10 @@ import pandas as pd
 
 from . import intervals as iv
 from .activity import DeviceActivity
+
+# the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
+from .layer_pattern import DEFAULT_LAYER_PATTERN as DEFAULT_LAYER_PATTERN
+from .layer_pattern import check_layer_pattern as check_layer_pattern
 from .steps import project_to_gpu, ranges_named
 
 LAYER_COLUMNS = ["step", "layer", "name", "start_ns", "end_ns", "duration_ns", "comm_ns", "comm_exposed_ns",

@@ -299,18 +299,18 @@ def annotation_names(trace: Trace, limit: int = 12) -> list[str]:
     r = trace.ranges
     kinds = [i for i in map(trace.strings.get, ANNOTATION_KINDS) if i >= 0]
     ids, counts = np.unique(r["name_id"][np.isin(r["kind_id"], kinds) & (r["name_id"] >= 0)], return_counts=True)
-    families: dict[str, list[int]] = {}
+    families: dict[str, list[int]] = {}  # family → [ranges, distinct names]
+    first: dict[str, str] = {}  # family → one of its names
     for i, n in zip(ids.tolist(), counts.tolist(), strict=True):
         name = trace.strings[i]
-        family = families.setdefault(_NUMBERS.sub("N", name), [0, 0])
-        family[0] += n
-        family[1] += 1
-    named = {i: trace.strings[i] for i in ids.tolist()}
-    out = []
-    for family, (_, members) in sorted(families.items(), key=lambda kv: (-kv[1][0], kv[0])):
-        single = next((v for v in named.values() if _NUMBERS.sub("N", v) == family), family) if members == 1 \
-            else f"{family} ({members} names)"
-        out.append(single)
+        key = _NUMBERS.sub("N", name)
+        tally = families.setdefault(key, [0, 0])
+        tally[0] += n
+        tally[1] += 1
+        first.setdefault(key, name)
+    out: list[str] = []
+    for key, (_, members) in sorted(families.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        out.append(first[key] if members == 1 else f"{key} ({members} names)")
     return out[:limit] + ([f"… ({len(out) - limit} more)"] if len(out) > limit else [])
 
 

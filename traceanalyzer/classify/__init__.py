@@ -12,19 +12,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..buckets import BUCKETS, EXCLUSIVE_PRECEDENCE
 from ..errors import BadInputError
+from ..trace import Trace
 from .context import refine_with_context
 from .engine import FALLBACK_RULE, KernelClass, classify_one, classify_unique
 from .normalize import normalize_name
-from .rules import BUCKETS, PRECISIONS, Rule, RuleSet, load_rules, rule_set
+from .rules import PRECISIONS, Rule, RuleSet, load_rules, rule_set
 from .trace_columns import MEMOP_SUBBUCKETS, classify_trace
-
-#: Order used to split busy time into exclusive bucket time (parts add up to busy): where kernels of
-#: several buckets overlap, the earliest bucket here gets the time. Compute first; communication last,
-#: so that communication counts only when nothing else runs (its exclusive time = exposed comm).
-EXCLUSIVE_PRECEDENCE: tuple[str, ...] = (
-    "moe_fp4_gemm", "moe_gemm", "gemm", "attention", "other", "memory", "communication",
-)
 
 
 def read_names(path: Path | str) -> list[str]:
@@ -55,6 +50,11 @@ def read_names(path: Path | str) -> list[str]:
     return names
 
 
+def classified(trace: Trace, rules: Path | str | None = None) -> Trace:
+    """Kernel/memop bucket columns from the rules (user ``rules`` first), then the context pass."""
+    return refine_with_context(classify_trace(trace, rules=rules))
+
+
 def classify_names(names: list[str], rules: Path | str | None = None) -> list[KernelClass]:
     """Classify kernel names (user ``rules`` file checked before the defaults), in input order."""
     ruleset = rule_set(rules)
@@ -71,6 +71,7 @@ __all__ = [
     "KernelClass",
     "Rule",
     "RuleSet",
+    "classified",
     "classify_names",
     "classify_one",
     "classify_trace",

@@ -77,13 +77,18 @@ def _range_instance(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
         pos = np.clip(np.searchsorted(key_api[order], key_k), 0, len(order) - 1)
         row = order[pos]
         linked = (key_api[row] == key_k) & (k["correlation"] >= 0)
-        thread_of = lambda pid, tid: pid.astype(np.int64) * 1_000_003 + tid.astype(np.int64)  # noqa: E731
-        launch_group = np.where(linked, thread_of(api["pid"][row], api["tid"][row]), -1)
+        launch_group = np.where(linked, _thread_of(api["pid"][row], api["tid"][row]), -1)
         cpu_ids = _instances(api["start_ns"][row], launch_group, r["start_ns"][cpu], r["end_ns"][cpu],
-                             thread_of(r["pid"][cpu], r["tid"][cpu]))
+                             _thread_of(r["pid"][cpu], r["tid"][cpu]))
         offset = int(result.max()) + 1
         result = np.where((result < 0) & (cpu_ids >= 0) & linked, cpu_ids + offset, result)
     return result
+
+
+
+def _thread_of(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """One int64 key per (process, thread)."""
+    return pid.astype(np.int64) * 1_000_003 + tid.astype(np.int64)
 
 
 def refine_with_context(trace: Trace) -> Trace:

@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..buckets import BUCKETS
 from ..errors import RulesError
 
 if sys.version_info >= (3, 11):
@@ -36,7 +37,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
-BUCKETS: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory", "other")
 PRECISIONS: tuple[str, ...] = ("fp4", "fp8", "int4", "int8", "bf16", "fp16", "fp32", "unknown")
 FP4_FORMATS: tuple[str, ...] = ("nvfp4", "mxfp4")
 CONFIDENCES: tuple[str, ...] = ("high", "low")

@@ -11,9 +11,10 @@ import pandas as pd
 
 from ..analysis.gpu_metrics import metric_mask, phase_labels
 from ..analysis.results import DeviceSummary, Finding
+from ..buckets import GEMM_BUCKETS
 from .context import FindingContext, ms, per_step_median, step_index
 
-GEMM_PHASES = ("gemm", "moe_gemm", "moe_fp4_gemm")
+GEMM_PHASES = GEMM_BUCKETS  # integer ns summed over them: their order does not matter
 TENSOR_ACTIVE = "Tensor Active"
 
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..errors import CorruptFileError
 from ..trace import DeviceInfo, StringPool, Trace
-from . import KINETO, ProgressFn, file_size
 from .beside import share
+from .detect import KINETO, ProgressFn, file_size
 from .kineto_read import Args, Batch, Document, Event, SplitFailed, decode_whole, read_bytes, split_events
 from .kineto_tables import as_int, build_tables, dims_product
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns

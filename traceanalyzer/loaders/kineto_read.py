@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from . import GZIP_MAGIC, ProgressFn
+from .detect import GZIP_MAGIC, ProgressFn
 
 READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each
 MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
@@ -336,7 +336,7 @@ def split_events(data: bytearray | mmap.mmap, path: Path,
     return head, [*pieces, Batch(tail_text, document=True, events=tail.traceEvents)]
 
 
-def _try_decode(decoder: msgspec.json.Decoder, text: bytes | memoryview) -> Any:
+def _try_decode(decoder: msgspec.json.Decoder[Any], text: bytes | memoryview) -> Any:
     try:
         return decoder.decode(text)
     except (msgspec.ValidationError, msgspec.DecodeError):

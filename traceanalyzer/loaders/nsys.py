@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
-from . import NSYS, ProgressFn
+from .detect import NSYS, ProgressFn
 from .nsys_meta import (
     GpuCatalog,
     RankAssignment,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..trace import StringPool
-from . import ProgressFn
+from .detect import ProgressFn
 
 FETCH_ROWS = 65536  # rows per fetchmany chunk: bounds the Python-tuple working set
 _IN_BATCH = 900  # ids per "IN (...)" query, below SQLite's historical 999-variable limit

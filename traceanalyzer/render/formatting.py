@@ -5,25 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any, SupportsFloat
 
+from ..buckets import BUCKET_COLORS, BUCKETS
 from ..classify.demangle import display_name as display_name  # re-exported: renderers format names from here
 from ..classify.demangle import display_names as display_names
 from ..units import fmt_ns as fmt_ns
 from ..units import fmt_pct as fmt_pct
 
-#: Buckets in display order (TAXONOMY.md); unknown buckets sort after these.
-BUCKET_ORDER: tuple[str, ...] = ("moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory",
-                                 "other")
-
-#: One colour per bucket, the same in every chart and in the terminal.
-BUCKET_COLORS: dict[str, str] = {
-    "moe_fp4_gemm": "#7b3fb5",
-    "moe_gemm": "#b07fe0",
-    "gemm": "#2f6fbf",
-    "attention": "#2a9d8f",
-    "communication": "#e4572e",
-    "memory": "#e9c46a",
-    "other": "#9aa5b1",
-}
+#: Buckets in display order (declared in :mod:`traceanalyzer.buckets`); unknown buckets sort after these.
+BUCKET_ORDER: tuple[str, ...] = BUCKETS
 FALLBACK_COLOR = "#6c757d"
 IDLE_COLOR = "#e9ecef"
 HIDDEN_COLOR = "#f4a582"

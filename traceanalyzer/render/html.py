@@ -126,7 +126,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
                 generated_at: datetime | None = None) -> str:
     """The whole report page as text. ``traces`` (the analysed Traces) feed the timeline; without them it is left
     out. ``cdn`` loads plotly from its CDN instead of inlining it."""
-    from .. import __version__
+    from .._version import __version__
 
     plots = _Figures()
     devices = summary.devices

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .formatting import BUCKET_COLORS, bucket_sort_key, device_label, fmt_ns, fmt_pct, issue_only_text, pct_of
+from ..buckets import BUCKET_COLORS
+from .formatting import bucket_sort_key, device_label, fmt_ns, fmt_pct, issue_only_text, pct_of
 
 if TYPE_CHECKING:
     from rich.console import Console
