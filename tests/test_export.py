@@ -245,3 +245,29 @@ def test_opens_in_datasette(exported):
     status, payload = asyncio.run(fetch())
     assert status == 200
     assert payload["rows"] and all("AllReduce" in r["name"] for r in payload["rows"])
+
+
+def test_loaded_traces_export_and_a_summary_without_activity_is_refused(tmp_path):
+    from dataclasses import replace
+
+    traces = [ta.load(p) for p in sorted(KINETO_DIR.glob("*.json.gz"))]
+    result = ta.export(traces, tmp_path / "t.db")
+    assert result.rows["kernels"] == 1368 and result.rows["devices"] == 2
+    summary = result.summary
+    assert summary is not None
+    summary.devices = [replace(d, activity=None) for d in summary.devices]
+    with pytest.raises(ValueError, match="carry no activity"):
+        ta.export(summary, tmp_path / "u.db")
+    assert not (tmp_path / "u.db").exists()
+
+
+def test_a_database_that_cannot_be_written_is_bad_input(tmp_path, capsys, monkeypatch):
+    ex = importlib.import_module("traceanalyzer.export")
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ex, "_populate_fts", full)
+    assert main(["export", str(KINETO_DIR), "-o", str(tmp_path / "x.db")]) == 2
+    assert "x.db: cannot write the database (database or disk is full)" in _one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []

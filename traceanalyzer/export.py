@@ -123,9 +123,13 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
     import sqlite_utils
 
     target = Path(output)
+    missing = [f"rank {d.rank} GPU {d.device}" for d in summary.devices if d.activity is None]
+    if missing:
+        raise ValueError(f"the Summary's devices carry no activity ({', '.join(missing)}): export a Summary made "
+                         "by ta.summary, or pass the traces")
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
     try:
+        tmp.unlink(missing_ok=True)
         if append and target.exists():
             shutil.copyfile(target, tmp)
         db = sqlite_utils.Database(tmp)
@@ -135,6 +139,9 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
         finally:
             db.close()
         os.replace(tmp, target)
+    except (OSError, sqlite3.Error) as exc:
+        tmp.unlink(missing_ok=True)
+        raise BadInputError(target, f"cannot write the database ({exc})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
