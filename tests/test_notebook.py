@@ -68,3 +68,13 @@ def test_device_attributes_use_the_json_names() -> None:
         assert dev.layers == len(dev.per_layer)
     assert summary.warnings == payload["warnings"]
     assert [list(t.window_ns) for t in summary.traces] == [t["window_ns"] for t in payload["traces"]]
+
+
+def test_top_kernels_keep_the_raw_name_and_show_the_demangled_one() -> None:
+    summary = ta.summary([KINETO_DIR])
+    top = summary.devices[0].top_kernels
+    mangled = top[top["name"].astype(str).str.startswith("_ZN7cutlass")]
+    assert len(mangled) == 1
+    assert mangled["display_name"].iloc[0].startswith("cutlass::device_kernel<at::cuda::detail::enable_3x_kernel")
+    plain = top[~top["name"].astype(str).str.startswith("_Z")]
+    assert (plain["display_name"] == plain["name"]).all()

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..buckets import EXCLUSIVE_PRECEDENCE
+from ..classify.demangle import display_names
 from ..errors import BadInputError
 from ..trace import Trace
 from . import intervals as iv
@@ -34,7 +35,8 @@ from .steps import annotation_names, has_range, step_windows
 if TYPE_CHECKING:
     from .summary import SummaryOptions
 
-TOP_KERNEL_COLUMNS = ["bucket", "subbucket", "name", "rule", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns"]
+TOP_KERNEL_COLUMNS = ["bucket", "subbucket", "name", "display_name", "rule", "count", "total_ns", "mean_ns", "p50_ns",
+                      "p99_ns"]
 GAP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "step", "layer"]
 
 
@@ -60,7 +62,8 @@ def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[s
 
 
 def top_kernels(act: DeviceActivity) -> pd.DataFrame:
-    """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule."""
+    """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule;
+    ``display_name`` is the name demangled where the trace left it mangled (``_Z…``)."""
     k = act.kernels
     if len(k) == 0:
         return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
@@ -77,7 +80,8 @@ def top_kernels(act: DeviceActivity) -> pd.DataFrame:
         return trace.names(k[name][rows]) if name in k else np.full(len(rows), None, dtype=object)
 
     out = pd.DataFrame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
-                        "name": trace.names(ids), "rule": column("rule_id"),
+                        "name": trace.names(ids), "display_name": display_names(trace.names(ids).tolist()),
+                        "rule": column("rule_id"),
                         "count": stats["count"].to_numpy(np.int64), "total_ns": stats["total_ns"].to_numpy(np.int64),
                         "mean_ns": stats["mean_ns"].to_numpy(), "p50_ns": stats["p50_ns"].to_numpy(),
                         "p99_ns": stats["p99_ns"].to_numpy()}, columns=TOP_KERNEL_COLUMNS)
