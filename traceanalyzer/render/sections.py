@@ -52,6 +52,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("layers", "from NVTX ranges matching the layer pattern, else from the period of collectives within a step."),
     ("cross-rank wait", "the same collective instance matched across ranks: its transfer time ≈ the shortest "
                         "rank's duration; the rest is wait/skew. The rank that arrives last is the straggler."),
+    ("algbw / busbw", "per collective: message bytes / transfer time (GB/s = 10⁹ B/s); busbw = algbw × NCCL's bus "
+                      "factor (all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n), against the GPU's vendor "
+                      "scale-up link peak where it is known."),
     ("cost if communication were free", "the step-time reduction to expect: exposed transfer time when the GPU is "
                                         "the bottleneck; when the step is launch-bound, the host time of the "
                                         "collective calls (each call whole, plus the CPU work slowed right after "
