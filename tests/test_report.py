@@ -337,3 +337,15 @@ def test_mangled_names_are_shown_demangled_and_long_durations_in_seconds() -> No
     assert findings(summary)[0]["impact"] == "3.140 s/step"
     page = render_html(summary, traces, cdn=True)
     assert "cutlass::device_kernel&lt;cute::tuple" in page and mangled not in page
+
+
+def test_layer_totals_leave_out_layers_outside_the_steps() -> None:
+    import pandas as pd
+
+    from traceanalyzer.render.figures import layer_totals
+
+    rows = pd.DataFrame({"step": [-1, 0, 1], "layer": [0, 0, 0], "name": "layer_0",
+                         "comm_ns": [75_000_000, 1_000, 1_000], "comm_exposed_ns": [75_000_000, 900, 700],
+                         "compute_ns": [0, 10, 10]})
+    totals = layer_totals(rows)
+    assert totals["occurrences"].tolist() == [2] and totals["comm_exposed_ns"].tolist() == [1_600]

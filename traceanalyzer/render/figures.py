@@ -113,12 +113,15 @@ def step_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure |
 
 
 def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-layer rows (one per step × layer) summed per layer, with the median exposed comm of one occurrence.
+    """Per-layer rows (one per step × layer, those inside steps) summed per layer, with the median exposed comm of
+    one occurrence.
 
     Empty when the frame lacks the ``layer`` / ``comm_exposed_ns`` columns.
     """
     if not len(df) or not {"layer", "comm_exposed_ns"} <= set(df.columns):
         return pd.DataFrame()
+    if "step" in df.columns and (df["step"] >= 0).any():
+        df = df[df["step"] >= 0]  # layer instances outside every step (warm-up, NCCL init) are not per-step figures
     named = df.assign(name=df["name"].astype(str) if "name" in df.columns else df["layer"].astype(str))
     sums = {c: (c, "sum") for c in ("comm_ns", "comm_exposed_ns", "compute_ns") if c in df.columns}
     out = named.groupby("layer", sort=True).agg(name=("name", "first"), occurrences=("name", "size"),
