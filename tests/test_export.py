@@ -271,3 +271,20 @@ def test_a_database_that_cannot_be_written_is_bad_input(tmp_path, capsys, monkey
     assert main(["export", str(KINETO_DIR), "-o", str(tmp_path / "x.db")]) == 2
     assert "x.db: cannot write the database (database or disk is full)" in _one_error_line(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_one_analysis_pass(tmp_path, monkeypatch):
+    """The export writes the summary's own results: one summarize call, no second analysis of its own."""
+    pipeline = importlib.import_module("traceanalyzer.pipeline")
+    calls = []
+    original = pipeline.summarize
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "summarize", counting)
+    result = ta.export([KINETO_DIR], tmp_path / "one.db")
+    assert len(calls) == 1 and result.summary is not None
+    assert _rows(tmp_path / "one.db", "SELECT sum(comm_exposed_ns) AS s FROM devices")[0]["s"] == \
+        sum(d.comm_exposed_ns for d in result.summary.devices)
