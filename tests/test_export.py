@@ -208,6 +208,10 @@ def test_bad_input_leaves_nothing_written(tmp_path, capsys):
     assert other.read_text() == "hello"
     assert main(["export", str(KINETO_DIR), "-o", str(tmp_path / "missing" / "x.db")]) == 2
     assert "does not exist" in _one_error_line(capsys)
+    assert main(["export", str(KINETO_DIR), "-o", "-"]) == 2
+    assert "cannot be written to stdout" in _one_error_line(capsys) and not Path("-").exists()
+    assert main(["export", str(KINETO_DIR), "-o", str(tmp_path)]) == 2
+    assert "is a directory" in _one_error_line(capsys)
 
 
 def test_a_failed_write_keeps_the_previous_database(tmp_path, monkeypatch):

@@ -85,6 +85,9 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
 def check_output(target: Path, inputs: Iterable[PathLike], *, append: bool) -> None:
     """Refuse an output that is a directory, lies in a missing directory, is one of the input traces, or (with
     ``append``) is a file that is not a traceanalyzer database."""
+    if str(target) == "-":
+        raise BadInputError(None, "-o -: a SQLite database cannot be written to stdout",
+                            "give it a file name, e.g. -o analysis.db")
     if target.is_dir():
         raise BadInputError(target, "is a directory", "give the database a file name, e.g. -o analysis.db")
     if not target.parent.is_dir():
