@@ -75,7 +75,7 @@ def _device(trace: Trace, rank: int, hostile: bool) -> DeviceSummary:
         bucket_exclusive_ns={"gemm": 12000, "attention": 3000, "communication": 6000, "other": 3000},
         comm_ns=9000, comm_hidden_ns=3000, comm_exposed_ns=6000, overlap_pct=100 * 3000 / 9000, steps=N_STEPS,
         step_ns_median=STEP_NS, comm_exposed_per_step_ns=2000, step_source="profiler_step",
-        layer_source="nvtx:layer_?\\d+", comm_streams=[20], compute_streams=[7], per_step=per_step,
+        layer_source="nvtx:layer ranges", comm_streams=[20], compute_streams=[7], per_step=per_step,
         per_layer=per_layer, collectives=collectives, top_kernels=top, comm_idle_gaps_ns=gaps)
 
 

@@ -31,7 +31,7 @@ def _rank(rank: int, kernels: list[tuple[Any, ...]], colls: list[tuple[int, ...]
     trace = replace(make_trace(kernels, api_calls=api, ranges=ranges, rank=rank, path=path), base_time_ns=0)
     win = pd.DataFrame(steps, columns=["step", "start_ns", "end_ns"])
     win["duration_ns"] = win["end_ns"] - win["start_ns"]
-    win["idle_ns"] = 0
+    win["idle_ns"] = 10**9  # GPU idle far beyond the profiler's time: no weighing (tests/test_what_if_range.py)
     start = np.array([c[0] for c in colls], dtype=np.int64)
     inside = [win.loc[(win["start_ns"] <= s) & (s < win["end_ns"]), "step"] for s in start]
     step_of = [int(w.iloc[0]) if len(w) else -1 for w in inside]
@@ -300,20 +300,15 @@ def test_estimate_within_25_percent_of_measured_cost(shared_data: Path, case: st
     assert abs(est / rank0 - 1) <= 0.25, (case, est, rank0)
 
 
-def test_shared_eager_decode_measured_cost_is_below_its_own_calls(shared_data: Path) -> None:
-    """decode_serial: its measured cost, 2.08 ms/step (65 µs per all-reduce), comes from separate launches of 10
-    timed steps (those with all-reduces span 17.3–27.4 ms, some faster than any without). The estimate counts
-    the whole calls (116 µs each profiled; such calls take 100–225 µs unprofiled in the project's runs) and
-    lands at +123%; NCCL's issue alone at +19%. The same workload kind timed in one process, with and without
-    its all-reduces: fixtures decode_hostsync_d/e/f, 6.0–9.0 ms/step; seven separate launch pairs: −0.3 … 9.4 ms
-    (fixtures/truth/separate). strict xfail while the estimate misses this measurement."""
+def test_shared_eager_decode_gets_a_host_bound_range_without_a_truth(shared_data: Path) -> None:
+    """decode_serial's measured cost (2.08 ms/step, separate launches whose steps span 17–27 ms against 18–20 ms)
+    is withdrawn: it cannot arbitrate (docs/METHOD_WHAT_IF.md). What remains checkable: the regime and a range
+    that spans the whole calls up to the host work slowed around them, with NCCL's issue alone below it."""
     kineto = shared_data / "h200" / "kineto"
-    slowest, _ = truth_delta_ms(kineto, "decode_serial")
     est, what_if = _kineto_estimate_ms(kineto, "decode_serial")
-    assert what_if.basis == "host_launch"
-    assert abs(what_if.details["issue_only_saving_ns"] / 1e6 / slowest - 1) <= 0.25
-    _xfail_while_missed("decode_serial", est, slowest, "the measured cost is below the calls' own host time",
-                        "make it a plain assertion")
+    low, high = (v / 1e6 for v in what_if.details["range_ns"])
+    assert what_if.basis == "host_launch" and what_if.details["range_basis"] == ["host_calls", "host_slowdown"]
+    assert what_if.details["issue_only_saving_ns"] / 1e6 < low <= est < high
 
 
 def test_separate_launches_of_one_workload_disagree() -> None:
@@ -414,21 +409,25 @@ def _fixture_kineto(mode: str):  # type: ignore[no-untyped-def]
     return _summary([FIXTURES / "kineto" / f"tp2_{mode}" / f"rank{r}.json.gz" for r in (0, 1)])
 
 
-# Fixture cases the estimate does not reach, with the measured error (fixtures/README.md; METHOD_WHAT_IF.md says
-# what is and is not explained). strict: a change that brings one within ±25% must promote it to a plain test.
-_FIXTURE_MISSES = {
-    "prefill_overlap": "−31%: transfer + contention explain 1.6 of 2.3 ms; Kineto and nsys profiles agree",
-    "decode_eager": "−46%: separate launches; 8 all-reduces cost 2.8 ms, twice the whole profiled calls",
-    "decode_graphs": "−44%: transfer + graph-node latency 0.09 of 0.16 ms",
-}
+# Fixture cases the estimate misses against a separate-launch truth: the same kind of run timed with and without
+# its all-reduces in one process (fixtures/truth/ab) is within ±25 %, its truth below the separate-launch one; the
+# range holds the separate-launch truth (what each miss is made of: docs/METHOD_WHAT_IF.md).
+_FIXTURE_MISSES = {"prefill_overlap": "prefill_overlap_a", "decode_eager": "decode_eager_a",
+                   "decode_graphs": "decode_graphs_a"}
 
 
 @pytest.mark.parametrize("mode", sorted(_FIXTURE_MISSES))
-def test_project_fixture_misses_stay_reported(mode: str) -> None:
-    """Known misses, asserted at the target so that an improvement shows up (xfail strict)."""
-    slowest, _ = _fixture_truth_ms(mode)
-    est = _fixture_kineto(mode).what_if.comm_free_step_saving_ns / 1e6
-    _xfail_while_missed(mode, est, slowest, _FIXTURE_MISSES[mode], "make it a plain assertion")
+def test_project_fixture_misses_are_truth_spread_and_inside_the_range(mode: str) -> None:
+    separate, _ = _fixture_truth_ms(mode)
+    same_process, _ = _ab_truth_ms(_FIXTURE_MISSES[mode])
+    w = _fixture_kineto(mode).what_if
+    est = w.comm_free_step_saving_ns / 1e6
+    assert abs(est / separate - 1) > 0.25  # the miss: −31 % / −46 % / −44 %
+    low, high = (v / 1e6 for v in w.details["range_ns"])
+    assert low <= separate <= high and w.details["confidence"] != "high"
+    twin = _ab_kineto(_FIXTURE_MISSES[mode]).what_if.comm_free_step_saving_ns / 1e6
+    assert abs(twin / same_process - 1) <= 0.25
+    assert separate > same_process  # the separate-launch truth lies above the same-process one: 0.22 / 1.28 / 0.06
 
 
 def _xfail_while_missed(case: str, est: float, truth: float, why: str, then: str) -> None:
@@ -565,3 +564,64 @@ def test_profiled_step_minus_estimate_is_the_measured_no_comm_step(shared_data: 
             profiled = max(d.step_ns_median for d in s.devices if d.step_ns_median) / 1e6
             comm_free = profiled - s.what_if.comm_free_step_saving_ns / 1e6
             assert abs(comm_free / nocomm - 1) <= 0.05, (files[0].name, comm_free, nocomm)
+
+
+def _validated_cases(shared: Path | None, unpacked: Path) -> list[tuple[str, list[Path], float]]:
+    """Every run with a measured cost (ms/step): shared (when present), fixtures, fixtures/ab."""
+    from conftest import FIXTURES
+
+    cases = []
+    if shared is not None:
+        kineto = shared / "h200" / "kineto"
+        for case in ("prefill_serial", "nop2p_prefill_serial", "prefill_overlap"):
+            cases.append((case, [kineto / f"{case}_rank{r}.json.gz" for r in (0, 1)], truth_delta_ms(kineto, case)[0]))
+        for case in ("prefill_serial", "prefill_overlap"):
+            cases.append((f"nsys {case}", [shared / "h200" / "nsys" / f"tp2_{case}.sqlite"],
+                          truth_delta_ms(kineto, case)[0]))
+    for mode in ("prefill_serial", "prefill_overlap", "decode_eager", "decode_graphs"):
+        cases.append((f"fixture {mode}", [FIXTURES / "kineto" / f"tp2_{mode}" / f"rank{r}.json.gz" for r in (0, 1)],
+                      _fixture_truth_ms(mode)[0]))
+    cases.append(("fixture nsys prefill_overlap", [unpacked], _fixture_truth_ms("prefill_overlap")[0]))
+    for run in sorted(AB_RUNS) + sorted(AB_MISSES):
+        files = [FIXTURES / "kineto" / "ab" / run / "rank0.json.gz"] if run.startswith("tp1_") else \
+            [FIXTURES / "kineto" / "ab" / f"tp2_{run}" / f"rank{r}.json.gz" for r in (0, 1)]
+        cases.append((f"ab {run}", files, _ab_truth_ms(run)[0]))
+    return cases
+
+
+def test_range_holds_the_measured_cost_on_every_validated_case(tmp_path: Path) -> None:
+    """range_ns holds the measured cost of every run timed with and without its all-reduces (24 with ../shared,
+    19 without), the estimate inside it, each end named."""
+    import lzma
+    import shutil
+
+    from conftest import FIXTURES, SHARED
+
+    shared = SHARED if SHARED.is_dir() else None
+    readings = {"estimate", "gpu_transfer", "host_calls", "host_as_profiled", "host_slowdown", "gpu_not_computing"}
+    unpacked = tmp_path / "tp2_prefill_overlap.sqlite"
+    with lzma.open(FIXTURES / "nsys" / "tp2_prefill_overlap.sqlite.xz") as src, unpacked.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    for name, files, truth in _validated_cases(shared, unpacked):
+        w = _summary(files).what_if
+        low, high = w.details["range_ns"]
+        assert low <= truth * 1e6 <= high, (name, low, truth, high)
+        assert low <= w.comm_free_step_saving_ns <= high and set(w.details["range_basis"]) <= readings
+        assert w.details["confidence"] in ("high", "medium", "low")
+
+
+def test_profiler_weighing_on_real_runs(shared_data: Path) -> None:
+    """Shared Kineto prefill runs, profiled 26.7 / 37.7 ms against 24.8 / 30.6 ms unprofiled: ranks whose GPU idle
+    time the profiler's recorded host events come close to explaining are weighed toward their GPU reading
+    (prefill_serial 2.23 → 2.16, prefill_overlap 5.19 → 4.82 against 2.01 / 5.40 measured); host-bound eager
+    decodes, idle ≥ 2.8 × the profiler's time, are not weighed."""
+    kineto = shared_data / "h200" / "kineto"
+    for case, basis in (("prefill_serial", "gpu_transfer"), ("prefill_overlap", "mixed")):
+        truth, _ = truth_delta_ms(kineto, case)
+        est, w = _kineto_estimate_ms(kineto, case)
+        weighed = [r for r in w.details["ranks"].values() if r["gpu_weight"] > 0]
+        assert weighed and all(r["own_ns"] < r["as_profiled_ns"] for r in weighed)
+        assert w.basis == basis and w.details["confidence"] == "low" and w.details["profiler_weighed_steps"] > 0
+        assert abs(est / truth - 1) <= 0.25, (case, est, truth)
+    for run in ("decode_eager_a", "decode_hostsync_d", "tp1_decode_hostsync_d"):
+        assert _ab_kineto(run).what_if.details["profiler_weighed_steps"] == 0

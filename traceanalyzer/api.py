@@ -60,13 +60,17 @@ def load_files(files: Sequence[PathLike], *, rules: PathLike | None = None, clas
 def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
     """Give one-rank files distinct ranks when their own ranks collide (e.g. one nsys export per rank, each of
     whose single process got rank 0, or Kineto files without ``distributedInfo``): file order decides, with a
-    warning. Files with distinct ranks are returned unchanged."""
+    warning. Files with distinct ranks are returned unchanged, and so are files whose ranks torch.distributed
+    stated (``distributedInfo``): colliding stated ranks are rank files of different runs, which the summary
+    tells apart."""
     ranks = [sorted(set(t.ranks)) for t in traces]
     flat = [r for rs in ranks for r in rs]
     if len(traces) < 2 or (len(flat) == len(set(flat)) and -1 not in flat):
         return traces
     if any(len(rs) != 1 for rs in ranks):
         return traces  # several processes per file: keep the loaders' ranks (they came from the file itself)
+    if -1 not in flat and all(t.capabilities.get("has_distributed_info") for t in traces):
+        return traces  # ranks stated by torch.distributed: a collision means several runs (analysis.runs)
     out: list[Trace] = []
     for new_rank, trace in enumerate(traces):
         renumbered = trace

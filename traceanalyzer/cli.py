@@ -24,7 +24,8 @@ _JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show
 _STEP_RANGE = click.option("--step-range", default=None,
                            help="NVTX/record_function range name that marks a step (default: ProfilerStep#N, else a "
                                 "range named step, train_step, iteration…, else detected from the kernel sequence).")
-_LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN, show_default=True,
+_LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN,
+                              show_default="whole layer names: layer_3, layers.3, model.layers.3",
                               help="Regex of NVTX range names that mark layers.")
 _GPU_LOG = click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
                         help="nvidia-smi CSV log (power, clocks) to align with the trace.")

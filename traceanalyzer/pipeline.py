@@ -37,6 +37,7 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     from .analysis.cross_rank import analyze_cross_rank
     from .analysis.device import analyze_device
     from .analysis.results import Summary
+    from .analysis.runs import group_runs, run_warnings
     from .analysis.summary import SummaryOptions, device_pairs, trace_meta
     from .analysis.what_if import estimate_comm_free
 
@@ -46,12 +47,28 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     metas = [trace_meta(t) for t in trace_list]
     devices = [analyze_device(t, rank, device, options=opts)
                for t in trace_list for rank, device in device_pairs(t)]
-    cross = analyze_cross_rank(trace_list, devices)
-    what_if = estimate_comm_free(trace_list, devices, cross)
+    # cross-rank claims only between rank files of one run (analysis.runs): the primary run
+    runs = group_runs(trace_list, devices)
+    primary = set(runs[0].paths) if runs else set()
+    run_traces = [t for t in trace_list if str(t.path) in primary]
+    run_devices = [d for d in devices if d.trace in primary]
+    cross = analyze_cross_rank(run_traces, run_devices)
+    if cross is not None and runs:
+        cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
+                            "world_size": runs[0].world_size})
+    what_if = estimate_comm_free(run_traces, run_devices, cross)
+    if runs and runs[0].ranks_missing and len(runs[0].ranks) > 1:
+        # the given ranks may be waiting for the missing ones: transfer and wait cannot be told apart
+        what_if.details.update({"partial": True, "ranks_missing": runs[0].ranks_missing, "confidence": "low",
+                                "partial_note": f"{runs[0].ranks_missing} of {runs[0].world_size} ranks missing: "
+                                "the given ranks' collectives include waiting for ranks not in the trace"})
     warnings = [_named(t.path, w) for t in trace_list for w in t.warnings]
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
+    warnings += run_warnings(runs)
     result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
-                     gpu_metrics=_gpu_metrics(trace_list))
+                     gpu_metrics=_gpu_metrics(trace_list),
+                     extra={"runs": [r.to_json() for r in runs],
+                            "ranks_missing": sum(r.ranks_missing for r in runs)})
     if opts.gpu_log is not None:
         result.power = _power(trace_list, devices, opts.gpu_log)
     if opts.findings:

@@ -16,7 +16,7 @@ Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ from .activity import DeviceActivity, gather
 from .collectives import collective_instances
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
-from .steps import annotation_names, has_range, step_windows
+from .steps import StepStructure, annotation_names, find_steps, has_range
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions
@@ -61,10 +61,11 @@ def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[s
     return out
 
 
-def top_kernels(act: DeviceActivity) -> pd.DataFrame:
-    """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule;
-    ``display_name`` is the name demangled where the trace left it mangled (``_Z…``)."""
-    k = act.kernels
+def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule; of the
+    kernels ``rows`` (a boolean mask) when given, else of all. ``display_name`` is the name demangled where the
+    trace left it mangled (``_Z…``)."""
+    k = act.kernels if rows is None else act.kernels.take(np.flatnonzero(rows))
     if len(k) == 0:
         return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     frame = pd.DataFrame({"name_id": k["name_id"], "dur": k["end_ns"] - k["start_ns"]})
@@ -128,6 +129,34 @@ def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | N
     return comm_streams, compute_streams, serialized, pct
 
 
+def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals], order: tuple[str, ...],
+             whole_top: pd.DataFrame) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
+    window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
+    starting inside a step, each with its whole-window total beside it."""
+    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    window_ns = iv.lengths_sum(windows)
+    busy = iv.intersect(act.busy, windows)
+    busy_ns = iv.lengths_sum(busy)
+    exclusive = _exclusive(busy, {b: iv.intersect(u, windows) for b, u in sets.items()}, order)
+    inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
+    top = top_kernels(act, inside)
+    whole = whole_top.set_index("name")["total_ns"] if len(whole_top) else pd.Series(dtype=np.int64)
+    top["window_total_ns"] = top["name"].map(whole).fillna(0).astype(np.int64).to_numpy() if len(top) else []
+    numbers = {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
+               "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
+               "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}
+    return numbers, top
+
+
+def _layers_per_step(table: pd.DataFrame) -> int:
+    """The typical number of layers in a step (median over steps holding any), 0 without layers."""
+    in_steps = table[table["step"] >= 0] if len(table) else table
+    if len(in_steps) == 0:
+        return 0
+    return int(np.median(in_steps.groupby("step").size().to_numpy()))
+
+
 def _median(values: pd.Series) -> int | None:
     return int(np.median(values.to_numpy())) if len(values) else None
 
@@ -149,7 +178,12 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     act = gather(trace, rank, device)
     step_range = getattr(options, "step_range", None)
     layer_pattern = getattr(options, "layer_pattern", DEFAULT_LAYER_PATTERN)
-    steps = step_windows(act, step_range) if steps is None else steps
+    if steps is None:
+        structure = find_steps(act, step_range, layer_pattern)
+    else:
+        structure = StepStructure(steps, str(steps["source"].iloc[0]) if len(steps) else "none", "high",
+                                  {"method": "given"})
+    steps = structure.windows
     warnings: list[str] = []
     if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):
         if not has_range(trace, step_range):
@@ -168,6 +202,8 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
+    whole_top = top_kernels(act)
+    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top)
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
@@ -177,11 +213,13 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
         comm_exposed_per_step_ns=_median(per_step["comm_exposed_ns"]),
-        step_source=str(steps["source"].iloc[0]) if len(steps) else "none", layer_source=layers.source,
+        step_source=structure.source, layer_source=layers.source, step_confidence=structure.confidence,
+        step_evidence=structure.evidence, layers_per_step=_layers_per_step(layers.table),
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
         collectives=collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"])),
-        top_kernels=top_kernels(act), comm_idle_gaps_ns=comm_idle_gaps(exposed, steps, layers),
+        top_kernels=whole_top, top_kernels_in_steps=step_top, in_steps=step_numbers,
+        comm_idle_gaps_ns=comm_idle_gaps(exposed, steps, layers),
         extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),

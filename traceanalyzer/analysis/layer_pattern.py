@@ -10,7 +10,10 @@ import re
 
 from ..errors import BadInputError
 
-DEFAULT_LAYER_PATTERN = r"layer_?\d+"  # NVTX / record_function ranges that mark layers
+# NVTX / record_function ranges that mark layers: the whole name is a layer name with its number (layer_3,
+# layer3, Layer 3, layers.3, model.layers.3, decoder/layer_3) — not any name that contains "layer1" (TensorRT and
+# ResNet op paths such as "/layer1/layer1.0/conv1/Conv + Relu" are ops inside a stage, not layers)
+DEFAULT_LAYER_PATTERN = r"(?i)^(?:[\w.]*[./])?layers?[ _.]?\d+$"
 
 
 def check_layer_pattern(pattern: str | None) -> None:

@@ -2,7 +2,8 @@
 
 Sources, first that applies:
 
-* ``nvtx:<pattern>``: NVTX / user-annotation ranges whose name matches the regex (default ``layer_?\\d+``). A
+* ``nvtx:<pattern>``: NVTX / user-annotation ranges whose name matches the regex (default: a whole name that is a
+  layer name and number, ``layer_3``, ``layers.3``, ``model.layers.3``; reported as ``nvtx:layer ranges``). A
   kernel belongs to the innermost such CPU range open when its launching API call started (GPU-side
   ``gpu_user_annotation`` ranges, used only when no CPU range matches: open when the kernel started); the
   layer's GPU window is the projection of the range (first start to last end of its kernels). Ranges that
@@ -14,7 +15,14 @@ Sources, first that applies:
   step's segments after the first (a model with 2 all-reduces per layer gives ``p = 2``). Layer ``j`` of a step
   holds the kernels issued after layer ``j−1``'s last collective (from the step's first kernel for ``j = 0``) up
   to and including its own last collective; its GPU window is [first start, last end] of those kernels. The
-  tail after the last collective (e.g. the LM head) belongs to no layer.
+  tail after the last collective (e.g. the LM head) belongs to no layer. No layers when the collectives run
+  back to back without compute between them in more than 10% of the gaps (DDP gradient buckets), or when a step
+  holds fewer than two periods (one collective per step).
+* ``kernel_period`` (devices without communication kernels): identical layers with no collective and no name —
+  the smallest block of kernel names (≥ 3 kernels, ≥ 3 distinct names) repeated back to back ≥ 3 times
+  (:func:`.step_detect.repeat_unit`) in the step with the median kernel count; each step is cut into the
+  blocks of its own longest repeating stretch. Kernels before and after that stretch (embedding, LM head,
+  optimizer) belong to no layer.
 * ``none``.
 
 Per layer: ``compute_ns`` = union of its non-communication kernels; ``comm_ns`` = union of its communication
@@ -30,11 +38,12 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .activity import DeviceActivity
+from .activity import MEMORY, DeviceActivity
 
 # the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
 from .layer_pattern import DEFAULT_LAYER_PATTERN as DEFAULT_LAYER_PATTERN
 from .layer_pattern import check_layer_pattern as check_layer_pattern
+from .step_detect import MIN_LAYER_REPEATS, longest_repeat, repeat_unit
 from .steps import project_to_gpu, ranges_named
 
 LAYER_COLUMNS = ["step", "layer", "name", "start_ns", "end_ns", "duration_ns", "comm_ns", "comm_exposed_ns",
@@ -111,8 +120,10 @@ def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.nd
     return table, row
 
 
-def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, comm_step: np.ndarray) -> np.ndarray:
-    """Order-free hash of the compute kernels between collective i−1 and i (of the same step) on ``axis``."""
+def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, comm_step: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Order-free hash of the compute kernels between collective i−1 and i (of the same step) on ``axis``, and
+    how many kernels that are neither communication nor memory ran there."""
     k = act.kernels
     comm_at = axis[comm_rows]
     compute = np.flatnonzero(~act.kernel_is_comm & (axis >= 0))
@@ -125,7 +136,8 @@ def _signatures(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray, co
     h ^= h >> np.uint64(29)
     sig = np.zeros(len(comm_rows), dtype=np.uint64)
     np.add.at(sig, nxt, h)
-    return sig
+    computing = np.bincount(nxt[act.kernel_bucket[compute] != MEMORY], minlength=len(comm_rows))
+    return sig, computing
 
 
 def _period(sig: np.ndarray, local: np.ndarray, step_of: np.ndarray) -> int | None:
@@ -143,12 +155,17 @@ def _period(sig: np.ndarray, local: np.ndarray, step_of: np.ndarray) -> int | No
 
 
 def _order_axis(act: DeviceActivity) -> np.ndarray:
-    """Host launch times when ≥ 95% of kernels (and of collectives) link to their launch — the order the
-    program issued work, which stays regular when streams interleave on the GPU — else GPU start times."""
+    """The order the program issued work, when ≥ 95% of kernels (and of collectives) link to their launch: the
+    rank of each kernel by (host launch time, GPU start) — kernels of one CUDA-graph launch share a launch time
+    and keep their GPU order — which stays regular when streams interleave on the GPU; else GPU start times.
+    Unlinked kernels get -1."""
     linked = act.launch_ns >= 0
     comm_linked = linked[act.kernel_is_comm]
     if len(comm_linked) and comm_linked.mean() >= 0.95 and linked.mean() >= 0.95:
-        return act.launch_ns
+        order = np.lexsort((act.kernels["start_ns"], act.launch_ns))
+        axis = np.empty(len(order), dtype=np.int64)
+        axis[order] = np.arange(len(order))
+        return np.where(linked, axis, -1)
     return act.kernels["start_ns"]
 
 
@@ -165,9 +182,15 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     first_of_step = np.r_[True, comm_step[1:] != comm_step[:-1]]
     group_start = np.flatnonzero(first_of_step)
     local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.r_[group_start, len(comm_rows)]))
-    p = _period(_signatures(act, axis, comm_rows, comm_step), local, comm_step)
+    sig, computing = _signatures(act, axis, comm_rows, comm_step)
+    if (local >= 1).any() and np.mean(computing[local >= 1] > 0) < MIN_SIGNATURE_MATCH:
+        return None  # collectives back to back (DDP gradient buckets), not layers of compute and collectives
+    p = _period(sig, local, comm_step)
     if p is None:
         return None
+    per_step = np.bincount(comm_step) // p
+    if np.median(per_step[per_step > 0]) < 2:
+        return None  # one layer's worth of collectives per step: no repeating layer
     layer = local // p
     last_of_layer = np.r_[(layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), True]
     idx_last = np.flatnonzero(last_of_layer)
@@ -216,6 +239,51 @@ def _per_layer_numbers(act: DeviceActivity, table: pd.DataFrame, row: np.ndarray
     return out
 
 
+def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """Layers as repeats of one block of kernels inside each step (identical layers without collectives or
+    names): the period comes from the step with the median kernel count, and every step is cut into the blocks
+    of its own longest repeating stretch of that period."""
+    k = act.kernels
+    axis = _order_axis(act)
+    ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    kernel_step = iv.window_of(k["start_ns"], ws, we)
+    usable = (kernel_step >= 0) & (axis >= 0)
+    rows = np.flatnonzero(usable)
+    rows = rows[np.lexsort((axis[rows], kernel_step[rows]))]
+    bounds = np.searchsorted(kernel_step[rows], np.arange(len(ws) + 1))
+    sizes = np.diff(bounds)
+    if not (sizes > 0).any():
+        return None
+    typical = int(np.argsort(sizes)[len(sizes) // 2])
+    names = k["name_id"].astype(np.int64)
+    period = repeat_unit(names[rows[bounds[typical]:bounds[typical + 1]]])
+    if period is None:
+        return None
+    row = np.full(len(k), -1, dtype=np.int64)
+    layer_num: list[int] = []
+    g_start: list[int] = []
+    g_end: list[int] = []
+    for i in range(len(ws)):
+        seq = rows[bounds[i]:bounds[i + 1]]
+        if len(seq) < MIN_LAYER_REPEATS * period:
+            continue
+        start, repeats = longest_repeat(names[seq], period)
+        if repeats < MIN_LAYER_REPEATS:
+            continue
+        for j in range(repeats):
+            block = seq[start + j * period:start + (j + 1) * period]
+            row[block] = len(layer_num)
+            layer_num.append(j)
+            g_start.append(int(k["start_ns"][block].min()))
+            g_end.append(int(k["end_ns"][block].max()))
+    if not layer_num:
+        return None
+    table = pd.DataFrame({"layer": np.asarray(layer_num, dtype=np.int64),
+                          "name": [f"layer_{j}" for j in layer_num],
+                          "start_ns": np.asarray(g_start, dtype=np.int64), "end_ns": np.asarray(g_end, dtype=np.int64)})
+    return table, row
+
+
 def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | None) -> Layers:
     """Layers of the device (see the module doc); ``layer_pattern`` None skips the range source."""
     if len(act.kernels) == 0:
@@ -223,10 +291,13 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
     found, source = None, "none"
     if layer_pattern:
         found = _from_ranges(act, layer_pattern)
-        source = f"nvtx:{layer_pattern}"
+        source = "nvtx:layer ranges" if layer_pattern == DEFAULT_LAYER_PATTERN else f"nvtx:{layer_pattern}"
     if found is None:
         found = _from_collective_period(act, steps)
         source = "collective_period"
+    if found is None and not act.kernel_is_comm.any():
+        found = _from_kernel_period(act, steps)
+        source = "kernel_period"
     if found is None:
         return _empty(act)
     table, row = found

@@ -58,15 +58,21 @@ class DeviceSummary:
     steps: int
     step_ns_median: int | None
     comm_exposed_per_step_ns: int | None
-    step_source: str = "none"  # profiler_step | nvtx:<name> | detected | none
+    step_source: str = "none"  # profiler_step | nvtx:<name> | idle_gaps | kernel_period | none
     layer_source: str = "none"  # nvtx:<pattern> | collective_period | none
+    step_confidence: str = "low"  # high (marked by the program) | medium | low (detected, by evidence strength)
+    step_evidence: dict[str, Any] = field(default_factory=dict)  # how the steps were found
+    layers_per_step: int = 0  # median layers in a step, 0 without layer evidence
     comm_streams: list[int] = field(default_factory=list)
     compute_streams: list[int] = field(default_factory=list)
     comm_serialized_with_compute: bool = False  # comm kernels share a stream with compute kernels
     per_step: pd.DataFrame = field(default_factory=_empty_df)
     per_layer: pd.DataFrame = field(default_factory=_empty_df)
     collectives: pd.DataFrame = field(default_factory=_empty_df)
-    top_kernels: pd.DataFrame = field(default_factory=_empty_df)
+    top_kernels: pd.DataFrame = field(default_factory=_empty_df)  # whole window
+    top_kernels_in_steps: pd.DataFrame = field(default_factory=_empty_df)  # kernels starting inside a step
+    # the headline numbers over the step windows only: window_ns, busy_ns, idle_ns, busy_pct, bucket_exclusive_ns
+    in_steps: dict[str, Any] = field(default_factory=dict)
     comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
     extra: dict[str, Any] = field(default_factory=dict)
     # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
@@ -111,6 +117,8 @@ class DeviceSummary:
             "steps": self.steps, "step_ns_median": self.step_ns_median,
             "comm_exposed_per_step_ns": self.comm_exposed_per_step_ns,
             "step_source": self.step_source, "layer_source": self.layer_source,
+            "step_confidence": self.step_confidence, "step_evidence": self.step_evidence,
+            "layers_per_step": self.layers_per_step, "in_steps": self.in_steps,
             "comm_streams": self.comm_streams, "compute_streams": self.compute_streams,
             "comm_serialized_with_compute": self.comm_serialized_with_compute,
             **self.extra,

@@ -9,12 +9,13 @@ Sources, first that applies:
 3. A well-known step range (``WELL_KNOWN_STEP``: ``step``, ``train_step``, ``iteration``, ``decode_step``,
    ``step_12``…; the outermost family when several match), projected to the GPU as in 1. nsys exports hold the
    whole run, warm-up included, so a range the program put around its timed steps is better than detection.
-4. Detected from the kernel-name sequence of the device's busiest stream: the *anchor* is the kernel name whose
-   occurrences repeat with the longest regular spacing (the step period in kernels); each period is cut before the
-   kernel that follows the largest GPU gap at the phase where the median gap is largest (searched within ±5% of
-   the period, so steps of slightly varying kernel counts are cut at their real boundary). Steps whose kernel
-   count is more than 10% off the typical one (warm-up, a partial step at either end) are dropped.
-5. One step covering the whole span.
+4. ``nvtx:layer_cycle``: numbered layer ranges (the layer pattern) whose numbering starts over mark forward
+   passes; each pass is a step (see :func:`_layer_cycle_steps`).
+5. Detected from the GPU timeline alone (:mod:`.step_detect`): idle gaps that recur at a regular kernel count
+   (``idle_gaps``), or a kernel that recurs once per step (``kernel_period``); the candidate holding the most
+   kernel time wins, and among near ties the largest (outermost) unit. Irregular pieces (warm-up, partial steps)
+   belong to no step.
+6. ``none``: one window covering the whole span (per-step numbers are then whole-window numbers).
 
 **GPU projection** of a CPU range ``[a, b)``: the kernels and memory operations whose launching API call (joined
 on correlation id, same process, same thread when the range has one) starts in ``[a, b)``; the projected window
@@ -26,15 +27,19 @@ no step.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..trace import Trace
 from . import intervals as iv
+from . import step_detect
 from .activity import DeviceActivity
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
+WARMUP_FACTOR = 3.0  # a forward pass this many times longer than the typical one is warm-up
 _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
 #: NVTX / record_function names taken as steps when there is no ProfilerStep and no ``--step-range``:
 #: step, iteration, iter, optionally prefixed train/training/eval/decode/prefill and suffixed by a step number
@@ -155,89 +160,12 @@ def _profiler_steps(act: DeviceActivity) -> pd.DataFrame | None:
     return _frame(nums, start, end, "profiler_step")
 
 
-def _dominant_stream_sequence(act: DeviceActivity) -> np.ndarray:
-    k = act.kernels
-    if len(k) == 0:
-        return np.empty(0, dtype=np.int64)
-    streams, counts = np.unique(k["stream"], return_counts=True)
-    return np.flatnonzero(k["stream"] == streams[np.argmax(counts)])
-
-
-def _anchor_positions(names: np.ndarray) -> np.ndarray | None:
-    """Positions of the step anchor: the kernel name whose occurrences repeat with the longest regular spacing
-    (≥ 3 occurrences covering half the sequence, ≥ 80% of spacings within 10% of their median)."""
-    n = len(names)
-    if n < 6:
-        return None
-    order = np.lexsort((np.arange(n), names))
-    sorted_names = names[order]
-    same = sorted_names[1:] == sorted_names[:-1]
-    lag = (order[1:] - order[:-1]).astype(np.float64)
-    frame = pd.DataFrame({"name": sorted_names[1:][same], "lag": lag[same], "first": order[:-1][same],
-                          "last": order[1:][same]})
-    if len(frame) == 0:
-        return None
-    by = frame.groupby("name")
-    med = by["lag"].transform("median")
-    frame["regular"] = (frame["lag"] - med).abs() <= 0.1 * med
-    stats = pd.DataFrame({"lags": by.size(), "median": by["lag"].median(), "regular": by["regular"].mean(),
-                          "cover": by["last"].max() - by["first"].min()})
-    ok = stats[(stats["lags"] >= 2) & (stats["regular"] >= 0.8) & (stats["cover"] >= n / 2)
-               & (stats["median"] >= 2) & (stats["median"] <= n / 2)]
-    if len(ok) == 0:
-        return None
-    anchor = ok.sort_values(["median", "lags"], ascending=[False, False]).index[0]
-    return np.flatnonzero(names == anchor)
-
-
-def _cut_positions(anchors: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, int]:
-    """Step starts: near each regular anchor, the kernel after the largest GPU gap at the phase where the
-    median gap over all periods is largest (searched within ±5% of the period to absorb variable-length steps)."""
-    spacing = np.diff(anchors)
-    period = int(np.median(spacing))
-    regular = np.flatnonzero(np.abs(spacing - period) <= 0.1 * period)
-    starts = anchors[np.union1d(regular, regular + 1)]  # both ends of every regular spacing
-    n = len(gap)
-    phase_idx = np.minimum(starts[:, None] + np.arange(period)[None, :], n - 1)
-    phase = int(np.argmax(np.median(gap[phase_idx], axis=0)))
-    width = max(1, period // 20)
-    window = np.clip(starts[:, None] + phase + np.arange(-width, width + 1)[None, :], 0, n - 1)
-    cuts = np.unique(window[np.arange(len(starts)), np.argmax(gap[window], axis=1)])
-    return cuts, period
-
-
 def detect_steps(act: DeviceActivity) -> pd.DataFrame | None:
-    """Steps from the repeating kernel-name sequence of the busiest stream (see the module doc)."""
-    idx = _dominant_stream_sequence(act)
-    k = act.kernels
-    names = k["name_id"][idx].astype(np.int64)
-    anchors = _anchor_positions(names)
-    if anchors is None:
+    """Steps found from the GPU timeline alone (:mod:`.step_detect`), as a step frame, or None."""
+    found = step_detect.detect(act)
+    if found is None:
         return None
-    starts, ends = k["start_ns"][idx], k["end_ns"][idx]
-    gap = np.r_[0, starts[1:] - ends[:-1]]
-    cuts, period = _cut_positions(anchors, gap)
-    lengths = np.diff(cuts)
-    typical = int(np.median(lengths)) if len(lengths) else period
-    # the last step runs for a typical step length when the sequence still has that many kernels
-    if len(idx) - cuts[-1] >= 0.9 * typical:
-        stop = np.r_[cuts[1:], min(len(idx), cuts[-1] + typical)]
-    else:
-        cuts, stop = cuts[:-1], cuts[1:]
-    keep = np.abs((stop - cuts) - typical) <= 0.1 * typical
-    cuts, stop = cuts[keep], stop[keep]
-    if len(cuts) < 2:
-        return None
-    w_start = starts[cuts]
-    # a step ends at the last end of the device's kernels (any stream) that start before its last dominant
-    # kernel ends, capped at the next step's start
-    w_last = ends[stop - 1]
-    owner = np.searchsorted(w_start, k["start_ns"], side="right") - 1
-    inside = (owner >= 0) & (k["start_ns"] < w_last[np.maximum(owner, 0)])
-    w_end = w_last.copy()
-    np.maximum.at(w_end, owner[inside], k["end_ns"][inside])
-    w_end = np.minimum(w_end, np.r_[w_start[1:], np.iinfo(np.int64).max])
-    return _frame(np.arange(len(cuts)), w_start, w_end, "detected")
+    return _frame(np.arange(len(found.start_ns)), found.start_ns, found.end_ns, found.method)
 
 
 def _named_steps(act: DeviceActivity, named: pd.DataFrame, label: str) -> pd.DataFrame | None:
@@ -269,24 +197,97 @@ def _well_known_steps(act: DeviceActivity) -> pd.DataFrame | None:
     return _named_steps(act, chosen, f"nvtx:{label}")
 
 
-def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:
-    """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order."""
+@dataclass
+class StepStructure:
+    """Step windows of a device and how they were found: ``source`` (profiler_step, nvtx:<name>, idle_gaps,
+    kernel_period, none), ``confidence`` (high: the program marked its steps; medium / low: detected, by the
+    strength of the evidence; low for none) and the evidence itself."""
+
+    windows: pd.DataFrame  # step, start_ns, end_ns, source
+    source: str
+    confidence: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+    """Steps from numbered layer ranges (``layer_0`` … ``layer_7``, then ``layer_0`` again): a new forward pass
+    starts where the numbering starts over. A step runs from the GPU start of its first layer's work to the next
+    pass's; pieces whose kernel count is more than 10% off the typical pass (warm-up) belong to no step. Steps keep
+    their pass index, which is the same on every rank of one program. A pass lasting more than ``WARMUP_FACTOR``
+    times the typical one is warm-up, not a step."""
+    ranges = ranges_named(act, pattern=re.compile(layer_pattern), kinds=("nvtx", "user_annotation"))
+    ranges = ranges[ranges["device"] < 0]
+    if len(ranges) < 4:
+        return None
+    digits = ranges["name"].astype(str).str.extract(r"(\d+)(?!.*\d)", expand=False)
+    ranges = ranges[digits.notna()].assign(number=digits[digits.notna()].astype(np.int64))
+    gs, ge, ok = project_to_gpu(act, ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy(),
+                                ranges["pid"].to_numpy(), ranges["tid"].to_numpy())
+    number = ranges["number"].to_numpy()
+    cycle = np.cumsum(np.r_[True, number[1:] <= number[:-1]]) - 1
+    if np.median(np.bincount(cycle)) < 2:
+        return None  # numbers that do not count up through a pass are not layers of a forward pass
+    gs, ge, cycle = gs[ok], ge[ok], cycle[ok]
+    if len(np.unique(cycle)) < 2:
+        return None
+    ids = np.unique(cycle)
+    first = np.full(len(ids), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.zeros(len(ids), dtype=np.int64)
+    pos = np.searchsorted(ids, cycle)
+    np.minimum.at(first, pos, gs)
+    np.maximum.at(last, pos, ge)
+    order = np.argsort(first, kind="stable")
+    ids, first, last = ids[order], first[order], last[order]
+    end = np.r_[first[1:], last[-1]]
+    counts = np.diff(np.searchsorted(act.kernels["start_ns"], np.c_[first, end].ravel())).reshape(-1)[::2]
+    typical = float(np.median(counts))
+    regular = np.abs(counts - typical) <= max(1.0, 0.1 * typical)
+    # a pass that took more than 3× the typical time for the same work is warm-up (autotuning, lazy init)
+    regular &= (end - first) <= WARMUP_FACTOR * np.median((end - first)[regular]) if regular.any() else regular
+    if regular.sum() < 2:
+        return None
+    evidence = {"method": "layer_cycle", "passes": len(ids), "steps": int(regular.sum()),
+                "kernels_per_step": int(typical), "regular_pct": round(100 * float(regular.mean()), 1)}
+    return _frame(ids[regular], first[regular], end[regular], "nvtx:layer_cycle"), evidence
+
+
+def find_steps(act: DeviceActivity, step_range: str | None = None,
+               layer_pattern: str | None = None) -> StepStructure:
+    """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order, with their
+    evidence. Without steps the one window is the whole span and the source is ``none``."""
     found: pd.DataFrame | None = None
+    confidence = "high"
+    evidence: dict[str, Any] = {}
     if step_range:
         found = _named_steps(act, ranges_named(act, name=step_range), f"nvtx:{step_range}")
     if found is None:
         found = _profiler_steps(act)
     if found is None and not step_range:
         found = _well_known_steps(act)
+    if found is None and layer_pattern:
+        cycles = _layer_cycle_steps(act, layer_pattern)
+        if cycles is not None:
+            found, evidence = cycles
     if found is None:
-        found = detect_steps(act)
+        detected = step_detect.detect(act)
+        if detected is not None:
+            found = _frame(np.arange(len(detected.start_ns)), detected.start_ns, detected.end_ns, detected.method)
+            confidence, evidence = detected.confidence, detected.evidence()
     lo, hi = act.span
     if found is None or len(found) == 0:
         found = _frame(np.zeros(1), np.array([lo]), np.array([hi]), "none")
+        confidence, evidence = "low", {"method": "none", "reason": "no step annotation and no regular repeating "
+                                       "unit holding half of the kernel time"}
     # inside the device span: Kineto's µs-float GPU annotations can reach 1 ns beyond the first/last kernel
     found = found.assign(start_ns=found["start_ns"].clip(lower=lo), end_ns=found["end_ns"].clip(upper=hi))
-    found = found[found["end_ns"] > found["start_ns"]]
-    return found.reset_index(drop=True)
+    found = found[found["end_ns"] > found["start_ns"]].reset_index(drop=True)
+    source = str(found["source"].iloc[0]) if len(found) else "none"
+    return StepStructure(found, source, confidence, evidence)
+
+
+def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:
+    """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock (see :func:`find_steps`)."""
+    return find_steps(act, step_range).windows
 
 
 ANNOTATION_KINDS = ("nvtx", "user_annotation", "gpu_user_annotation", "profiler_step")

@@ -29,7 +29,10 @@ times the share of the step's communication that was transfer rather than waitin
 The step is set by the rank the others wait for (least wait per step, from the cross-rank matching; without it,
 the rank with the smallest cost), so a step's saving is that rank's cost; the estimate is the median over steps.
 ``basis``: ``host_launch`` when host issue time is ≥ 75 % of it, ``gpu_transfer`` when ≤ 25 %, else ``mixed``.
-Method and validation against real runs with and without their all-reduces: docs/METHOD_WHAT_IF.md.
+A rank whose GPU idle time the profiler's own host overhead explains is weighed toward its GPU reading, and
+``details`` give ``range_ns`` [low, high], the reading each end comes from (``range_basis``) and a ``confidence``
+(``what_if_range``). Method and validation against real runs with and without their all-reduces:
+docs/METHOD_WHAT_IF.md.
 """
 
 from __future__ import annotations
@@ -44,11 +47,17 @@ from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
+from .what_if_range import (
+    step_range,
+    upper_readings,
+    weigh_profiler,
+)
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
+
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -232,13 +241,14 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     # a segment's ops after its calls may run faster than far ones on a noisy host: never a negative cost
     segs["slowed_ns"] = np.maximum(segs["slowed_ns"].to_numpy(), 0)
     segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy() + segs["slowed_ns"].to_numpy(), slack)
+    segs["gpu_reading_ns"] = segs["gpu_ns"]  # the GPU reading alone, whichever wins the segment
     segs["host_chosen"] = segs["host_part_ns"] > segs["gpu_ns"]
     segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
     segs["host_part_ns"] = np.where(segs["host_chosen"], segs["host_part_ns"], 0)
     segs["gpu_part_ns"] = np.where(segs["host_chosen"], 0, segs["gpu_ns"])
     segs["latency_ns"] = np.where(segs["host_chosen"], 0, segs["latency_ns"])
     cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-            "issue_ns", "slowed_ns",
+            "issue_ns", "slowed_ns", "gpu_reading_ns",
             "launch_bound", "collectives"]
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
@@ -264,16 +274,25 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     slowed = slowed[~slowed.index.duplicated()]
     rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
     steps = _segment_savings(rows, host, whole_call=True)
-    issue_only = _segment_savings(rows, host).reindex(steps.index).fillna(0)
+    idx = steps.index
+    calls_only = _segment_savings(rows.assign(slowed_ns=0), host, whole_call=True).reindex(idx).fillna(0)
+    issue_only = _segment_savings(rows, host).reindex(idx).fillna(0)
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
+    slowed = _contention(act, dev.per_step).reindex(idx).fillna(0).to_numpy()
     busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
     share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
-    steps["contention_ns"] = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    steps["own_ns"] = steps["saving_ns"] + steps["contention_ns"]
+    contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
+    steps["contention_ns"] = contention
+    steps["as_profiled_ns"] = steps["saving_ns"] + contention
+    steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
+    steps["gpu_reading_ns"] = steps["gpu_reading_ns"] + contention
     steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
-    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + steps["contention_ns"]).astype(np.int64)
+    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
+    # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
+    # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
+    weigh_profiler(steps, trace, dev)
+    upper_readings(steps, dev.per_step)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -308,6 +327,9 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         "host_slowed_after_calls_ns": int(med["slowed_ns"]),
         "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
         "dependency_latency_ns": int(med["latency_ns"]),
+        "as_profiled_ns": int(med["as_profiled_ns"]), "gpu_reading_ns": int(med["gpu_reading_ns"]),
+        "profiler_ns": int(med["profiler_ns"]), "idle_ns": int(med["idle_ns"]),
+        "gpu_weight": round(float(med["gpu_weight"]), 2),
         "collectives_per_step": int(med["collectives"]),
         "launch_bound_collectives_per_step": float(med["launch_bound"]),
         "bound": {"host_launch": "host", "gpu_transfer": "gpu", "mixed": "mixed"}[
@@ -333,8 +355,8 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     own = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna() if stepped else pd.DataFrame()
     wait = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
         else pd.DataFrame()
-    host = pd.concat({r: s["host_part_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
-        else pd.DataFrame()
+    host = pd.concat({r: s["host_part_ns"] * (1 - s["gpu_weight"]) for r, s in stepped.items()}, axis=1
+                     ).reindex(own.index) if stepped else pd.DataFrame()
     issue_only = pd.concat({r: s["issue_only_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) \
         if stepped else pd.DataFrame()
     details: dict[str, Any] = {
@@ -360,4 +382,9 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
     details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
     details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
-    return WhatIf(int(np.median(step_saving)), _basis(int(step_host.sum()), int(step_saving.sum())), details)
+    limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
+                                                                                        strict=True)])
+    basis = _basis(int(step_host.sum()), int(step_saving.sum()))
+    details.update(step_range(limiting, int(np.median(step_saving)), basis))
+    return WhatIf(int(np.median(step_saving)), basis, details)
+

@@ -28,6 +28,7 @@ def _registry() -> dict[str, Rule]:
         "comm_compute_contention": comm_rules.comm_compute_contention,
         "collective_host_cost": comm_rules.collective_host_cost,
         "allreduce_not_fused": fusion_rules.allreduce_not_fused,
+        "norm_not_fused": fusion_rules.norm_not_fused,
         "nccl_small_messages": comm_rules.nccl_small_messages,
         "straggler_wait": comm_rules.straggler_wait,
         "low_comm_bandwidth": comm_rules.low_comm_bandwidth,
@@ -71,7 +72,7 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None) -> 
 
 RULE_IDS = (
     "exposed_communication", "comm_serialized_with_compute", "comm_compute_contention", "collective_host_cost",
-    "allreduce_not_fused",
+    "allreduce_not_fused", "norm_not_fused",
     "nccl_small_messages", "straggler_wait", "low_comm_bandwidth", "host_bound_no_cuda_graphs", "idle_gaps_host_cause",
     "collectives_without_kernels",
     "low_tensor_activity", "gpu_power_underuse",

@@ -83,6 +83,16 @@ def device_label(rank: int, device: int, name: str | None = None, *, with_name: 
 ISSUE_ONLY_MAX_RATIO = 0.9  # show the NCCL-issue-only reading of a host-bound what-if when it is this much smaller
 
 
+def range_text(what_if: Any) -> str:
+    """The what-if's range with the reading each end comes from and its confidence (``details.range_ns``,
+    ``range_basis``, ``confidence``); ``""`` when it has none."""
+    rng, names = what_if.details.get("range_ns"), what_if.details.get("range_basis")
+    if not rng or not names or what_if.comm_free_step_saving_ns is None:
+        return ""
+    return (f"range {fmt_ns(rng[0])} ({names[0]}) – {fmt_ns(rng[1])} ({names[1]}), "
+            f"confidence {what_if.details.get('confidence', '?')}")
+
+
 def issue_only_text(what_if: Any) -> str:
     """The what-if counting only NCCL's own issue range of each collective (``details.issue_only_saving_ns``),
     where the step is host-bound and that reading differs; else ``""``."""
@@ -92,3 +102,24 @@ def issue_only_text(what_if: Any) -> str:
         return ""
     return f"counting NCCL's issue alone: {fmt_ns(issue)}"
 
+
+def step_source_text(d: Any) -> str:
+    """Where a device's steps came from and how sure that is, e.g. ``idle_gaps, medium``; ``no steps`` when the
+    whole window stands in for one."""
+    if d.step_source == "none":
+        return "no steps: whole window"
+    return f"{d.step_source}, {d.step_confidence}"
+
+
+def runs_lines(summary: Any) -> list[str]:
+    """One line per run when the inputs are not exactly one whole run (several runs, or ranks missing)."""
+    runs = summary.extra.get("runs") or []
+    if len(runs) <= 1 and not any(r.get("partial") for r in runs):
+        return []
+    lines = [f"{len(runs)} run(s) among the inputs; cross-rank results use run 1 only:" if len(runs) > 1
+             else "The inputs are part of a larger job:"]
+    for i, r in enumerate(runs, 1):
+        missing = f", {r['ranks_missing']} of {r['world_size']} ranks missing" if r.get("partial") else ""
+        files = ", ".join(r["files"][:4]) + (" …" if len(r["files"]) > 4 else "")
+        lines.append(f"  run {i}: ranks {', '.join(map(str, r['ranks'][:8]))}{missing} ({files})")
+    return lines

@@ -27,6 +27,9 @@ from .formatting import (
     fmt_pct,
     issue_only_text,
     pct_of,
+    range_text,
+    runs_lines,
+    step_source_text,
 )
 
 if TYPE_CHECKING:
@@ -125,13 +128,20 @@ def headline(summary: Summary) -> list[dict[str, str]]:
         cards.append({"label": "communication", "value": "none", "sub": "no collective or peer copy ran"})
     elif saving is not None:
         sub = [f"{fmt_pct(pct_of(saving, step))} of the step"] if step else []
-        sub += [f"basis: {summary.what_if.basis}", issue_only_text(summary.what_if)]
+        sub += [f"basis: {summary.what_if.basis}", range_text(summary.what_if), issue_only_text(summary.what_if)]
         cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
                       "sub": " · ".join(part for part in sub if part)})
     span = sum(d.span_ns for d in devices)
-    if span:
-        cards.append({"label": "GPU busy", "value": fmt_pct(pct_of(sum(d.busy_ns for d in devices), span)),
-                      "sub": "of the profiled span, all devices"})
+    window_pct = fmt_pct(pct_of(sum(d.busy_ns for d in devices), span))
+    in_steps = [d.in_steps for d in devices if d.step_source != "none" and d.in_steps.get("window_ns")]
+    if in_steps and len(in_steps) == len(devices):
+        busy = sum(int(x["busy_ns"]) for x in in_steps)
+        cards.append({"label": "GPU busy in the steps", "value": fmt_pct(pct_of(busy, sum(int(x["window_ns"])
+                                                                                         for x in in_steps))),
+                      "sub": f"all devices; whole window (warm-up and gaps between steps included): {window_pct}"})
+    elif span:
+        cards.append({"label": "GPU busy", "value": window_pct, "sub": "of the profiled span, all devices (no steps "
+                      "found: whole window)"})
     cr = summary.cross_rank
     if cr is not None and cr.straggler_rank is not None:
         cards.append({"label": "straggler", "value": f"rank {cr.straggler_rank}",
@@ -184,16 +194,21 @@ def not_applicable(summary: Summary) -> dict[str, str]:
 def device_rows(summary: Summary) -> dict[str, Any]:
     """The per-device numbers table (without the communication columns when no device communicates)."""
     comm = any(d.comm_ns for d in summary.devices)
-    cols = ["device", "span", "busy", "idle", *(["comm", "hidden", "exposed", "overlap"] if comm else []), "steps",
-            "step median", *(["exposed/step", "comm streams"] if comm else [])]
+    comm_cols = ["comm", "hidden", "exposed", "overlap"] if comm else []
+    cols = ["device", "span", "busy", "idle", *comm_cols, "steps", "step median",
+            *(["exposed/step"] if comm else []), "busy % in steps", "busy % window", "steps from", "layers/step",
+            *(["comm streams"] if comm else [])]
     rows = []
     for d in summary.devices:
         comm_cells = [fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct)]
         rows.append([device_title(d), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns),
                      *(comm_cells if comm else []), str(d.steps), fmt_ns(d.step_ns_median),
-                     *([fmt_ns(d.comm_exposed_per_step_ns), ", ".join(map(str, d.comm_streams)) or "—"] if comm
-                       else [])])
-    numeric = [False] + [True] * (len(cols) - 1 - (1 if comm else 0)) + ([False] if comm else [])
+                     *([fmt_ns(d.comm_exposed_per_step_ns)] if comm else []),
+                     fmt_pct(d.in_steps.get("busy_pct")) if d.step_source != "none" else "—",
+                     fmt_pct(pct_of(d.busy_ns, d.span_ns)), step_source_text(d),
+                     f"{d.layers_per_step} ({d.layer_source})" if d.layers_per_step else "none",
+                     *([", ".join(map(str, d.comm_streams)) or "—"] if comm else [])])
+    numeric = [False] + [True] * (len(cols) - 1 - 2 - (1 if comm else 0)) + [False] * (2 + (1 if comm else 0))
     return {"columns": cols, "rows": rows, "numeric": numeric, "omitted": 0}
 
 
@@ -336,10 +351,12 @@ def _matched_table(per: pd.DataFrame, max_rows: int = 50) -> dict[str, Any] | No
 
 def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:
     """Per device, per bucket: the heaviest kernels (name, rule, count, total, mean, p50, p99)."""
-    wanted = ["name", "subbucket", "rule", "precision", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns"]
+    wanted = ["name", "subbucket", "rule", "precision", "count", "total_ns", "window_total_ns", "mean_ns", "p50_ns",
+              "p99_ns"]
     out = []
     for d in devices:
-        df = d.top_kernels
+        stepped = d.step_source != "none" and len(d.top_kernels_in_steps)
+        df = d.top_kernels_in_steps if stepped else d.top_kernels
         if not len(df) or "bucket" not in df.columns:
             continue
         total = column(df, "total_ns")
@@ -350,7 +367,9 @@ def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:
                 part = part.sort_values(total, ascending=False, kind="stable")
             groups.append({"bucket": bucket, "color": bucket_color(bucket),
                            "table": frame_table(part, wanted, max_rows=TOP_KERNELS_PER_BUCKET)})
-        out.append({"device": device_title(d), "groups": groups})
+        where = f"kernels inside the {d.steps} steps (window_total: the whole window)" if stepped \
+            else "whole window"
+        out.append({"device": f"{device_title(d)} — {where}", "groups": groups})
     return out
 
 
@@ -404,7 +423,9 @@ def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def method_notes(summary: Summary) -> dict[str, Any]:
     """Definitions, how steps/layers were found, exclusive-bucket precedence, exclusions and warnings."""
-    sources = [{"device": device_label(d.rank, d.device), "steps": d.step_source, "layers": d.layer_source,
+    sources = [{"device": device_label(d.rank, d.device), "steps": step_source_text(d),
+                "evidence": ", ".join(f"{k}: {v}" for k, v in d.step_evidence.items()),
+                "layers": f"{d.layers_per_step} per step ({d.layer_source})" if d.layers_per_step else "none",
                 "serialized": d.comm_serialized_with_compute} for d in summary.devices]
     warnings = list(summary.warnings)
     for t in summary.traces:
@@ -414,7 +435,8 @@ def method_notes(summary: Summary) -> dict[str, Any]:
     excluded = [str(e) for e in summary.extra.get("excluded") or []] + _outside_steps(summary)
     return {"definitions": DEFINITIONS, "sources": sources,
             "precedence": " > ".join(map(str, precedence)) if precedence else None,
-            "excluded": excluded, "warnings": list(dict.fromkeys(warnings))}
+            "excluded": excluded, "warnings": list(dict.fromkeys(warnings)),
+            "runs": [line.strip() for line in runs_lines(summary)]}
 
 
 def _outside_steps(summary: Summary) -> list[str]:

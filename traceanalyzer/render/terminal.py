@@ -12,14 +12,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..buckets import BUCKET_COLORS
-from .formatting import bucket_sort_key, device_label, fmt_ns, fmt_pct, issue_only_text, pct_of
+from .formatting import (
+    bucket_sort_key,
+    device_label,
+    fmt_ns,
+    fmt_pct,
+    issue_only_text,
+    pct_of,
+    range_text,
+    runs_lines,
+    step_source_text,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
     from ..analysis.hta_compat import HtaCompatResult
-    from ..analysis.results import CrossRankSummary, Summary
+    from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
 
 PIPE_WIDTH = 140  # columns used when stdout is not a terminal (rich would otherwise wrap at 80)
 
@@ -48,9 +58,12 @@ def _table(title: str | None, columns: Sequence[str], numeric: Iterable[bool] = 
 
 
 def _fitted(con: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-            numeric: Sequence[bool]) -> list[Table]:
+            numeric: Sequence[bool]) -> list[Any]:
     """The table, or when it is wider than the console, several tables of consecutive columns that each fit,
-    every one repeating the first column (so no cell is ever split between its number and its unit)."""
+    every one repeating the first column (so no cell is ever split between its number and its unit). Titles are
+    lines of their own above the tables, so a long title wraps as text, never into the table's width."""
+    from rich.console import Group
+
     def build(part: list[int], heading: str | None) -> Table:
         table = _table(heading, [columns[0], *(columns[i] for i in part)], [numeric[0], *(numeric[i] for i in part)])
         for row in rows:
@@ -66,8 +79,9 @@ def _fitted(con: Console, title: str, columns: Sequence[str], rows: Sequence[Seq
             parts.append([])
         parts[-1].append(i)
     if len(parts) == 1:
-        return [build(parts[0], title)]
-    return [build(part, f"{title} ({n}/{len(parts)})") for n, part in enumerate(parts, start=1)]
+        return [Group(_text_styled(title, "bold"), build(parts[0], None))]
+    return [Group(_text_styled(f"{title} ({n}/{len(parts)})", "bold"), build(part, None))
+            for n, part in enumerate(parts, start=1)]
 
 
 def _text(value: Any) -> Any:
@@ -134,27 +148,50 @@ def _text_styled(value: str, color: str | None) -> Any:
 
 
 # -- summary ------------------------------------------------------------------------------------------------------
-def _device_table(con: Console, summary: Summary) -> list[Table]:
+def _device_table(con: Console, summary: Summary) -> list[Any]:
+    """Per device (whole window; busy % over the steps beside), without the communication columns when no device
+    communicates."""
     comm = any(d.comm_ns for d in summary.devices)
     cols = ["device", "span", "busy", "idle", *(["comm", "hidden", "exposed", "overlap"] if comm else []), "steps",
-            "step median", *(["exposed/step"] if comm else [])]
+            "step median", *(["exposed/step"] if comm else []), "busy in steps"]
     rows = []
     for d in summary.devices:
+        in_steps = fmt_pct(d.in_steps.get("busy_pct"), 0) if d.step_source != "none" else "—"
         comm_cells = [fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct)]
         rows.append([_text(device_label(d.rank, d.device)), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns),
                      *(comm_cells if comm else []), str(d.steps), fmt_ns(d.step_ns_median),
-                     *([fmt_ns(d.comm_exposed_per_step_ns)] if comm else [])])
-    return _fitted(con, "Per device", cols, rows, [False] + [True] * (len(cols) - 1))
+                     *([fmt_ns(d.comm_exposed_per_step_ns)] if comm else []), in_steps])
+    return _fitted(con, "Per device (whole window; busy % over the steps beside)", cols, rows,
+                   [False] + [True] * (len(cols) - 1))
 
 
-def _bucket_table(con: Console, summary: Summary) -> list[Table]:
-    buckets = sorted({b for d in summary.devices for b in d.bucket_exclusive_ns}, key=bucket_sort_key)
+def _structure_lines(summary: Summary) -> list[str]:
+    """How steps and layers were found, one line per distinct answer (devices that agree share a line)."""
+    groups: dict[str, list[str]] = {}
+    for d in summary.devices:
+        layers = f"{d.layers_per_step} layers/step ({d.layer_source})" if d.layers_per_step else "no layers"
+        groups.setdefault(f"steps: {step_source_text(d)}; {layers}", []).append(device_label(d.rank, d.device))
+    return [f"{text} — {', '.join(devs) if len(groups) > 1 else 'all devices'}" for text, devs in groups.items()]
+
+
+def _bucket_table(con: Console, summary: Summary) -> list[Any]:
+    """The exclusive bucket split over the steps (warm-up and gaps between steps left out) where a device has
+    steps, else over the whole window; the title says which."""
+    stepped = all(d.step_source != "none" and d.in_steps for d in summary.devices)
+
+    def split(d: DeviceSummary) -> tuple[dict[str, int], int]:
+        if stepped:
+            return d.in_steps.get("bucket_exclusive_ns", {}), int(d.in_steps.get("busy_ns") or 0)
+        return d.bucket_exclusive_ns, d.busy_ns
+
+    buckets = sorted({b for d in summary.devices for b in split(d)[0]}, key=bucket_sort_key)
+    where = "over the steps" if stepped else "whole window"
     rows = []
     for d in summary.devices:
-        parts = [d.bucket_exclusive_ns.get(b, 0) for b in buckets]
+        parts, busy = split(d)
         rows.append([_text(device_label(d.rank, d.device)),
-                     *(f"{fmt_ns(ns)} {fmt_pct(pct_of(ns, d.busy_ns), 0)}" for ns in parts)])
-    return _fitted(con, "Busy time by bucket (exclusive; % of busy)", ["device", *buckets], rows,
+                     *(f"{fmt_ns(parts.get(b, 0))} {fmt_pct(pct_of(parts.get(b, 0), busy), 0)}" for b in buckets)])
+    return _fitted(con, f"Busy time by bucket, {where} (exclusive; % of busy)", ["device", *buckets], rows,
                    [False] + [True] * len(buckets))
 
 
@@ -187,6 +224,8 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
     con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
     for table in _device_table(con, summary):
         con.print(table)
+    for line in [*_structure_lines(summary), *runs_lines(summary)]:
+        con.print(_text(line))
     if any(d.bucket_exclusive_ns for d in summary.devices):
         for table in _bucket_table(con, summary):
             con.print(table)
@@ -199,9 +238,9 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
         wi = summary.what_if
         saving = "not determined" if wi.comm_free_step_saving_ns is None else \
             f"{fmt_ns(wi.comm_free_step_saving_ns)} per step"
-        issue_only = issue_only_text(wi)
+        extra = [part for part in (range_text(wi), issue_only_text(wi)) if part]
         con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" +
-                        (f"; {issue_only}" if issue_only else "")))
+                        "".join(f"; {p}" for p in extra)))
     if summary.cross_rank is not None:
         con.print(_text("Cross-rank"), style="bold")
         for line in _cross_rank_lines(summary.cross_rank):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Make fixtures/kineto/structure/<shape>/rank0.json.gz and fixtures/nsys/structure_<shape>.sqlite on one GPU with
+# examples/structure_shapes.py: no NVTX ranges, no ProfilerStep, warm-up outside the capture.
+#
+#   DEST=/tmp/structure examples/make_structure_fixtures.sh     # then copy $DEST/* into fixtures/
+#
+# The committed ones were made on a lent one-H200 machine (torch 2.11.0+cu130, Triton 3.6.0, nsys 2025.3.1);
+# nsys needs libdw.so.1 and libelf.so.1: unpack the Debian packages libdw1 and libelf1 into .nsysdeps/ (dpkg -x).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+DEST=${DEST:-build/structure}
+NSYS=${NSYS:-$(command -v nsys || echo /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys)}
+[ -d .nsysdeps ] && export LD_LIBRARY_PATH=$PWD/.nsysdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+BIG="--hidden 4096 --heads 32 --ffn 14336 --batch 64 --kv-len 2048"
+# shape name : structure_shapes.py options
+SHAPES=("decode:--shape decode $BIG --passes 12"
+        "decode_launchbound:--shape decode --passes 12"
+        "decode_sampled_nogap:--shape decode $BIG --passes 12 --sample --no-sync --gap-ms 0"
+        "serve:--shape serve $BIG --passes 6 --prefill-tokens 8192"
+        "train:--shape train --batch 1024 --layers 6 --passes 6")
+TMP=$(mktemp -d)
+mkdir -p "$DEST/kineto/structure" "$DEST/nsys"
+for entry in "${SHAPES[@]}"; do
+  name=${entry%%:*}; opts=${entry#*:}
+  mkdir -p "$DEST/kineto/structure/$name"
+  echo "== $name (Kineto)"
+  timeout 150 $PY examples/structure_shapes.py $opts --kineto "$DEST/kineto/structure/$name/rank0.json.gz"
+  echo "== $name (nsys)"
+  timeout 150 "$NSYS" profile -s none --cpuctxsw=none -t cuda,nvtx -c cudaProfilerApi --force-overwrite true \
+    -o "$TMP/$name" $PY examples/structure_shapes.py $opts --cuda-profiler-range
+  "$NSYS" export --type sqlite --force-overwrite true -o "$DEST/nsys/structure_$name.sqlite" "$TMP/$name.nsys-rep" \
+    && $PY examples/redact_nsys.py "$DEST/nsys/structure_$name.sqlite"
+done
+ls -laR "$DEST"

@@ -1,0 +1,119 @@
+"""The what-if's uncertainty: the profiler's share of a rank's GPU idle time, the readings that bound the estimate,
+and the range and confidence built from them (docs/METHOD_WHAT_IF.md, "Range and confidence").
+
+Every reading is per step of the rank that sets the step; ``what_if.estimate_comm_free`` computes the host and GPU
+readings, this module weighs and bounds them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..trace import Trace
+from .results import DeviceSummary
+
+#: Host time the profiler adds per recorded host event (Kineto ``cpu_op`` range or CUDA API call): median of
+#: (profiled − unprofiled step) / events per step over the host-bound H200 runs, 1.3–4.0 µs (docs/METHOD_WHAT_IF.md).
+PROFILER_NS_PER_EVENT = 2_000
+#: GPU idle / profiler time of a step at or below which the rank counts as made launch-bound by the profiler
+#: (GPU reading alone), and at or above which as launch-bound on its own (host reading as profiled); linear between.
+MARGINAL_RATIO = (1.0, 1.5)
+RESOLUTION_SHARE = 0.1  # the GPU-transfer reading's error on GPU-bound runs timed with and without: −4 … +11 %
+CONFIDENT_RATIO = 1.5  # confidence "high" when the range's high end is at most this many times its low end
+SLOWDOWN_SHARE = 1 / 3  # host work measured up to ×1.5 slower with communication: at most 1/3 of it is comm cost
+HOST_BOUND_SHARE = 0.25  # a rank whose GPU waits for the host ≥ this share of its unprofiled step is host-bound
+
+
+def weigh_profiler(steps: pd.DataFrame, trace: Trace, dev: DeviceSummary) -> None:
+    """Set per step ``own_ns`` (the estimate), ``gpu_weight``, ``profiler_ns`` and ``idle_ns``: a rank the profiler
+    made launch-bound is weighed toward its GPU reading by how much of its GPU idle time the profiler's recorded
+    host events explain — idle ≤ ``MARGINAL_RATIO[0]`` × profiler time: the GPU reading alone; ≥
+    ``MARGINAL_RATIO[1]`` ×: the host reading as profiled (``as_profiled_ns``); linear between. Only steps whose
+    host reading won a segment are weighed."""
+    idx = steps.index
+    events = host_events(trace, dev).reindex(idx).fillna(0)
+    steps["profiler_ns"] = (events * PROFILER_NS_PER_EVENT).astype(np.int64)
+    per = dev.per_step
+    idle = per.set_index("step")["idle_ns"].reindex(idx).fillna(0) if {"step", "idle_ns"} <= set(per.columns) \
+        else pd.Series(0, index=idx)
+    ratio = idle / steps["profiler_ns"].where(steps["profiler_ns"] > 0)
+    weight = ((MARGINAL_RATIO[1] - ratio) / (MARGINAL_RATIO[1] - MARGINAL_RATIO[0])).clip(0, 1).fillna(0)
+    steps["gpu_weight"] = np.where(steps["host_part_ns"] > 0, weight, 0.0)
+    own = steps["as_profiled_ns"] - steps["gpu_weight"] * (steps["as_profiled_ns"] - steps["gpu_reading_ns"])
+    steps["own_ns"] = np.minimum(own, steps["as_profiled_ns"]).round().astype(np.int64)
+    steps["idle_ns"] = idle.astype(np.int64)
+
+
+def host_events(trace: Trace, dev: DeviceSummary) -> pd.Series:
+    """Per step (index: step): the rank's host events a profiler records — Kineto ``cpu_op`` ranges and CUDA API
+    calls — starting in the step window."""
+    per = dev.per_step
+    if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
+        return pd.Series(dtype=np.int64)
+    ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
+    r, api = trace.ranges, trace.api_calls
+    cpu_op = trace.strings.get("cpu_op")
+    starts = [api["start_ns"][api["rank"] == dev.rank]] if len(api) else []
+    if len(r) and cpu_op is not None and cpu_op >= 0:
+        starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
+    events = np.sort(np.concatenate(starts)) if starts else np.empty(0, dtype=np.int64)
+    counts = np.searchsorted(events, we) - np.searchsorted(events, ws)
+    return pd.Series(counts, index=per["step"].to_numpy(np.int64), dtype=np.int64)
+
+
+def upper_readings(steps: pd.DataFrame, per_step: pd.DataFrame) -> None:
+    """Add per step: ``ceiling_ns`` — the step's time that is not compute (GPU idle + exposed communication, plus
+    contention): no comm-free step is shorter than its compute kernels; and ``slowdown_high_ns`` — the host reading
+    plus the host work on the critical path running up to ×1.5 slower with communication (measured on runs timed
+    with and without, not visible in a trace with communication): ``SLOWDOWN_SHARE`` × (host-critical time − the
+    host part); the host-critical time is the step less the profiler's time on a rank whose GPU still idles
+    ≥ ``HOST_BOUND_SHARE`` of it without the profiler, else that remaining idle time."""
+    cols = {"step", "comm_exposed_ns", "duration_ns"}
+    per = per_step.set_index("step").reindex(steps.index) if cols <= set(per_step.columns) else None
+    if per is None:
+        steps["ceiling_ns"] = steps["slowdown_high_ns"] = steps["as_profiled_ns"]
+        return
+    ceiling = steps["idle_ns"] + per["comm_exposed_ns"].fillna(0).astype(np.int64) + steps["contention_ns"]
+    steps["ceiling_ns"] = np.maximum(ceiling, steps["as_profiled_ns"])
+    unprofiled_step = (per["duration_ns"].fillna(0) - steps["profiler_ns"]).clip(lower=0)
+    remaining = (steps["idle_ns"] - steps["profiler_ns"]).clip(lower=0)
+    critical = np.where(remaining >= HOST_BOUND_SHARE * unprofiled_step, unprofiled_step, remaining)
+    extra = SLOWDOWN_SHARE * np.maximum(critical - steps["host_part_ns"], 0)
+    high = steps["as_profiled_ns"] + np.where(steps["host_part_ns"] > 0, extra, 0)
+    steps["slowdown_high_ns"] = np.minimum(high, steps["ceiling_ns"]).astype(np.int64)
+
+
+def step_range(limiting: pd.DataFrame, point: int, basis: str) -> dict[str, Any]:
+    """``range_ns`` [low, high] with the reading each end comes from (``range_basis``) and a ``confidence``, from
+    the per-step readings of the rank that sets each step (docs/METHOD_WHAT_IF.md):
+
+    * low: the smallest over steps of the estimate, the whole calls without the CPU work slowed after them (where
+      the host part counts) and the GPU-transfer reading (where it was weighed in);
+    * high: the largest over steps of the estimate, the host reading as profiled, the host reading plus host work
+      slowed by up to ×1.5 (where the host part counts), and the step's time not spent computing (where it does
+      not);
+    * both widened by ``RESOLUTION_SHARE`` (the GPU-transfer reading's error on runs timed with and without).
+
+    confidence: ``low`` where a rank's readings were weighed (made launch-bound by the profiler) or the basis is
+    ``mixed``; else ``high`` when high ≤ ``CONFIDENT_RATIO`` (1.5) × low; else ``medium``."""
+    host = limiting["host_part_ns"] > 0
+    weighed = limiting["gpu_weight"] > 0
+    # on a tie the first reading named gives the end its name
+    low_readings = {"gpu_transfer": limiting["gpu_reading_ns"].where(weighed),
+                    "host_calls": limiting["calls_only_ns"].where(host), "estimate": limiting["own_ns"]}
+    high_readings = {"host_as_profiled": limiting["as_profiled_ns"],
+                     "host_slowdown": limiting["slowdown_high_ns"].where(host),
+                     "gpu_not_computing": limiting["ceiling_ns"].where(~host), "estimate": limiting["own_ns"]}
+    lows = {k: float(v.min()) for k, v in low_readings.items() if v.notna().any()}
+    highs = {k: float(v.max()) for k, v in high_readings.items() if v.notna().any()}
+    lo_basis = min(lows, key=lambda k: lows[k])
+    hi_basis = max(highs, key=lambda k: highs[k])
+    low = int(lows[lo_basis] * (1 - RESOLUTION_SHARE))
+    high = int(np.ceil(highs[hi_basis] * (1 + RESOLUTION_SHARE)))
+    unsure = bool(weighed.any()) or basis == "mixed"
+    confidence = "low" if unsure else "high" if high <= CONFIDENT_RATIO * max(low, 1) else "medium"
+    return {"range_ns": [min(low, point), max(high, point)], "range_basis": [lo_basis, hi_basis],
+            "confidence": confidence, "profiler_weighed_steps": int(weighed.sum())}
