@@ -292,6 +292,8 @@ def test_single_gpu_without_communication_says_what_does_not_apply() -> None:
     page = render_html(summary, traces, cdn=True)
     assert "No communication kernels or peer copies in these traces" in page
     assert "One step found (sources: profiler_step): a step-by-step chart needs two or more" in page
+    dev.step_source = "none"
+    assert "No steps found (the whole profiled window stands in for one)" in render_html(summary, traces, cdn=True)
     assert "One rank: cross-rank wait, skew and straggler need two or more ranks." in page
     assert "Step by step" not in page and "exposed (SM idle)" not in page
     assert ">none<" in page  # the headline says there is no communication instead of "0 ns exposed"

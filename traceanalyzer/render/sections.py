@@ -181,10 +181,11 @@ def not_applicable(summary: Summary) -> dict[str, str]:
         out["comm"] = ("No communication kernels or peer copies in these traces: hidden vs exposed communication, "
                        "per-layer and per-collective exposure, cross-rank wait and the what-if do not apply.")
     if not any(d.steps >= 2 for d in devices):
-        found = max((d.steps for d in devices), default=0)
-        out["steps"] = (f"{'One step' if found == 1 else 'No step'} found (sources: "
-                        f"{', '.join(sorted({d.step_source for d in devices})) or 'none'}): a step-by-step chart needs "
-                        "two or more; the figures above cover the whole profiled window.")
+        if all(d.step_source == "none" for d in devices):
+            found = "No steps found (the whole profiled window stands in for one)"
+        else:
+            found = f"One step found (sources: {', '.join(sorted({d.step_source for d in devices}))})"
+        out["steps"] = f"{found}: a step-by-step chart needs two or more; the table above has the figures."
     if len({d.rank for d in devices}) < 2:
         out["ranks"] = "One rank: cross-rank wait, skew and straggler need two or more ranks."
     return out
