@@ -50,6 +50,7 @@ MIN_LAYER_NAMES = 3  # with at least 3 distinct kernel names (one GEMM repeated 
 MIN_LAYER_REPEATS = 3  # repeated back to back at least 3 times
 MIN_LAYER_COVERAGE = 0.3  # covering at least 30% of the step's kernels
 MAX_LAYER_PERIOD = 2048  # longest block tried (kernels)
+MAX_REPEAT_SCAN = 20_000  # kernels of a sequence searched for a repeating block
 
 
 @dataclass
@@ -197,6 +198,7 @@ def repeat_unit(names: np.ndarray) -> int | None:
     ``MIN_LAYER_REPEATS`` times, among the periods whose repeats cover at least half as many kernels as the best
     one, which must cover ``MIN_LAYER_COVERAGE`` of the sequence (a training step repeats its block in the forward
     and a longer one in the backward: the forward's is the smaller). None when nothing repeats that way."""
+    names = names[:MAX_REPEAT_SCAN]  # layers repeat within a pass: a prefix is enough, and bounds the cost
     n = len(names)
     found: list[tuple[int, int]] = []  # (period, kernels covered)
     for period in range(MIN_LAYER_KERNELS, min(n // MIN_LAYER_REPEATS, MAX_LAYER_PERIOD) + 1):
