@@ -50,7 +50,8 @@ def _table(title: str | None, columns: Sequence[str], numeric: Iterable[bool] = 
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
     flags = list(numeric) + [False] * len(columns)
     for i, (name, is_num) in enumerate(zip(columns, flags, strict=False)):
         table.add_column(name, justify="right" if is_num else "left", overflow="fold", no_wrap=i == 0 or is_num)
