@@ -17,3 +17,9 @@ def shared_data() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared/data is absent (real traces are only beside the development checkout)")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def shared_data_optional() -> Path | None:
+    """``../shared/data`` when present, else None (tests that use it when they can and run without it)."""
+    return SHARED if SHARED.is_dir() else None

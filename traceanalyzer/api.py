@@ -11,21 +11,24 @@ import numpy as np
 
 from .errors import EmptyTraceError
 from .loaders import ProgressFn, detect_format, expand_paths, load_one
+from .loaders.limits import Window, parse_window
 from .trace import Trace
 
 PathLike = str | Path
 
 
 def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
-         tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> Trace:
+         tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
+         window: str | Window | None = None) -> Trace:
     """Load one trace file (nsys SQLite export or Kineto JSON/.json.gz) into a normalized :class:`Trace`.
 
     With ``classify`` (default) the kernel table gets bucket/sub-bucket/precision/rule columns from the
     default rules, extended by the user rules file ``rules`` when given, then the context pass (expert GEMMs inside
     ``moe``/``experts`` ranges → moe_gemm; SendRecv inside ``all_to_all`` ranges → sub-bucket all_to_all).
-    ``tables`` limits the optional tables read (as ``loaders.load_one``; default all).
+    ``tables`` limits the optional tables read (as ``loaders.load_one``; default all). ``window``
+    (``"START:END"`` seconds from the capture start, ``loaders.limits``) keeps the activity starting inside it.
     """
-    trace = load_one(path, progress=progress, tables=tables)
+    trace = load_one(path, progress=progress, tables=tables, window=parse_window(window))
     return classified(trace, rules) if classify else trace
 
 
@@ -37,24 +40,28 @@ def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
 
 
 def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,
-              jobs: int = 1, progress: ProgressFn | None = None) -> list[Trace]:
+              jobs: int = 1, progress: ProgressFn | None = None, window: str | Window | None = None) -> list[Trace]:
     """Load several files or directories of rank traces; one Trace per file, in path order.
 
-    ``jobs > 1`` loads files in that many worker processes.
+    ``jobs > 1`` loads files in that many worker processes; ``window`` as :func:`load`.
     """
+    win = parse_window(window)
     files = expand_paths(list(paths))
-    return assign_ranks_across_files(load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress))
+    return assign_ranks_across_files(load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress,
+                                                window=win))
 
 
 def load_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 1,
-               tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> list[Trace]:
+               tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
+               window: Window | None = None) -> list[Trace]:
     """One Trace per file, in file order, ranks as the files give them; ``jobs > 1`` loads in that many worker
     processes. ``tables`` limits the optional tables read (as ``loaders.load_one``)."""
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
-        return map_files(files, rules=rules, classify=classify, jobs=jobs, tables=tables, progress=progress)
-    return [load(f, rules=rules, classify=classify, tables=tables, progress=progress) for f in files]
+        return map_files(files, rules=rules, classify=classify, jobs=jobs, tables=tables, progress=progress,
+                         window=window)
+    return [load(f, rules=rules, classify=classify, tables=tables, progress=progress, window=window) for f in files]
 
 
 def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:

@@ -29,6 +29,9 @@ _LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN,
                               help="Regex of NVTX range names that mark layers.")
 _GPU_LOG = click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
                         help="nvidia-smi CSV log (power, clocks) to align with the trace.")
+_WINDOW = click.option("--window", default=None, metavar="START:END",
+                       help="Analyse only the activity starting in [START, END) seconds from the capture start "
+                            "(nsys: its own clock; Kineto: the first event). nsys exports are filtered in SQLite.")
 
 
 def _emit_json(payload: Any) -> None:
@@ -109,8 +112,9 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @_STEP_RANGE
 @_LAYER_PATTERN
 @_GPU_LOG
+@_WINDOW
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Path | None, jobs: int,
-            step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
+            step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -122,6 +126,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
         from .pipeline import hta_compat as hta_fn
 
         ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
+                                            ("--window", window),
                                             ("--layer-pattern", layer_pattern != DEFAULT_LAYER_PATTERN)) if given]
         if ignored:
             raise click.UsageError(f"--hta-compat follows HTA's own conventions; drop {', '.join(ignored)}")
@@ -139,7 +144,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
-                                 layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress)
+                                 layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
     if as_json:
         _emit_json(result.to_json())
         return
@@ -157,9 +162,10 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 @_STEP_RANGE
 @_LAYER_PATTERN
 @_GPU_LOG
+@_WINDOW
 @click.option("--cdn", is_flag=True, help="Load plotly from its CDN instead of inlining it (smaller file).")
 def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jobs: int,
-           step_range: str | None, layer_pattern: str, gpu_log: Path | None, cdn: bool) -> None:
+           step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None, cdn: bool) -> None:
     """The summary in the terminal plus one self-contained HTML report (charts, per-step, per-layer and
     per-collective tables, findings).
 
@@ -171,7 +177,8 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
 
     with progress_bar("loading") as progress:
         written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
-                                    layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress)
+                                    layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress,
+                                    window=window)
     from .render.terminal import print_summary
 
     print_summary(result)

@@ -14,15 +14,17 @@ from typing import Any
 
 from . import errors
 from .loaders import ProgressFn, load_one
+from .loaders.limits import Window
 from .trace import Trace
 
 PathLike = str | Path
 
 
 def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 2,
-              tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> list[Trace]:
+              tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
+              window: Window | None = None) -> list[Trace]:
     """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order. ``tables`` limits
-    the optional tables read (as ``loaders.load_one``).
+    the optional tables read and ``window`` the activity kept (as ``loaders.load_one``).
 
     A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file; the
     files not yet started are cancelled.
@@ -34,7 +36,7 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     out: list[Trace | None] = [None] * len(paths)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[Any], int] = {
-            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, tables): i
+            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, tables, window): i
             for i, p in enumerate(paths)
         }
         pending = set(futures)
@@ -49,9 +51,11 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
 
 
 def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
-              tables: frozenset[str] | None = None, progress: ProgressFn | None = None) -> Trace:
-    """One file loaded (``tables`` as ``loaders.load_one``) and, with ``classify``, classified (``rules`` first)."""
-    trace = load_one(path, progress=progress, tables=tables)
+              tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
+              window: Window | None = None) -> Trace:
+    """One file loaded (``tables``, ``window`` as ``loaders.load_one``) and, with ``classify``, classified (``rules``
+    first)."""
+    trace = load_one(path, progress=progress, tables=tables, window=window)
     if not classify:
         return trace
     from .classify import classified
@@ -60,10 +64,10 @@ def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool =
 
 
 def _load_in_worker(path: str, rules: str | None, classify: bool,
-                    tables: frozenset[str] | None) -> tuple[str, Any]:
+                    tables: frozenset[str] | None, window: Window | None = None) -> tuple[str, Any]:
     """Worker side: ``("ok", trace)`` or ``("error", details)`` — exceptions never cross the process boundary."""
     try:
-        return "ok", load_file(path, rules=rules, classify=classify, tables=tables)
+        return "ok", load_file(path, rules=rules, classify=classify, tables=tables, window=window)
     except errors.BadInputError as exc:
         return "bad_input", (type(exc).__name__, exc.path, exc.problem, exc.hint)
     except Exception as exc:  # an internal failure: reported in the parent with the file name

@@ -81,7 +81,8 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
     """``ta.summary(...)``: summarize loaded Traces, or trace files / directories (loaded and classified first).
 
-    ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…).
+    ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…)
+    and, for paths, ``window`` (``"START:END"`` seconds from the capture start).
     """
     from .analysis.summary import SummaryOptions
 
@@ -92,7 +93,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     if traces:
         raise TypeError("pass either Trace objects or paths, not both")
     fields = set(SummaryOptions.__dataclass_fields__)
-    unknown = set(options) - fields - {"progress"}
+    unknown = set(options) - fields - {"progress", "window"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     return summarize_paths([p for p in items if isinstance(p, (str, Path))], **options)
@@ -101,13 +102,14 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
 def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
-                    progress: ProgressFn | None = None) -> Summary:
+                    progress: ProgressFn | None = None, window: str | None = None) -> Summary:
     """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
     commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields.
 
     Errors as :func:`load_for_summary`.
     """
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
+    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
+                              window=window)
     from .analysis.summary import SummaryOptions
 
     return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
@@ -116,14 +118,14 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                      layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                     progress: ProgressFn | None = None) -> list[Trace]:
+                     progress: ProgressFn | None = None, window: str | None = None) -> list[Trace]:
     """``api.load_many`` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
     has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file."""
     from .loaders.beside import meanwhile
 
     check_layer_pattern(layer_pattern)
     with meanwhile(_prepare_summary):
-        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress)
+        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress, window=window)
     require_kernels(traces, paths)
     return traces
 

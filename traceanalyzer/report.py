@@ -25,7 +25,8 @@ def default_output(paths: Sequence[PathLike], directory: Path = DEFAULT_DIR) -> 
 
 def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None) -> tuple[Path, Summary]:
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None,
+           window: str | None = None) -> tuple[Path, Summary]:
     """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
 
     Returns the path written (default :func:`default_output`) and the :class:`Summary`. The file is written
@@ -41,7 +42,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     target = Path(output) if output is not None else default_output(paths)
     if target.is_dir():
         raise BadInputError(target, "is a directory", "give the report a file name, e.g. -o reports/run.html")
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress)
+    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
+                              window=window)
     summary = summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
                                                gpu_log=gpu_log, jobs=jobs))
     written = write_atomic(render_html(summary, traces, cdn=cdn), target)

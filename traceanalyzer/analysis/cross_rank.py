@@ -131,53 +131,77 @@ def _keys(frames: list[pd.DataFrame], comparable: bool, named_steps: bool
     return out, ["kind", "aligned"], "ordinal+offset"
 
 
+def _shared_codes(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray]:
+    """One integer code per row for its match key, equal across ranks for equal keys (all ranks at once)."""
+    lengths = [len(f) for f in frames]
+    codes = np.zeros(sum(lengths), dtype=np.int64)
+    for key in keys:
+        part, uniques = pd.factorize(pd.concat([f[key] for f in frames], ignore_index=True))
+        codes = pd.factorize(codes * max(len(uniques), 1) + part)[0].astype(np.int64)
+    return np.split(codes, np.cumsum(lengths)[:-1])
+
+
 def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | None) -> tuple[pd.DataFrame, str]:
-    """Wide table: one row per instance seen by every participant, per-rank start/duration/wait columns."""
+    """Wide table: one row per instance seen by every participant (in the first rank's order), per-rank
+    start/duration/wait columns. A key seen twice on a rank counts its first row. Built from per-rank arrays in
+    one pass: cost grows linearly with the number of ranks."""
     frames = [_prepare(d, None if clocks is None else clocks.get(d.trace)) for d in devices]
     named = all(d.step_source.startswith(NAMED_STEP_SOURCES) for d in devices)
     frames, keys, method = _keys(frames, clocks is not None, named)
-    wide: pd.DataFrame | None = None
-    for dev, f in zip(devices, frames, strict=True):
-        values = ["step", "bytes", "group_size", "start_ns", "clock_ns", "duration_ns"]
-        cols = pd.concat([f[keys], f[values].rename(columns={v: f"{v}_r{dev.rank}" for v in values})], axis=1)
-        if wide is None:  # the first rank's sequence numbers and ordinals, for reading the table
-            cols = pd.concat([cols, f[[c for c in ("seq", "ordinal", "step_ordinal") if c not in keys]]], axis=1)
-        cols = cols.drop_duplicates(subset=keys)
-        wide = cols if wide is None else wide.merge(cols, on=keys, how="inner")
-    assert wide is not None
-    return wide.reset_index(drop=True), method
+    frames = [f.drop_duplicates(subset=keys) for f in frames]
+    codes = _shared_codes(frames, keys)
+    n_codes = int(max((c.max() for c in codes if len(c)), default=-1)) + 1
+    ranks_with = np.zeros(n_codes, dtype=np.int64)
+    for c in codes:
+        ranks_with[c] += 1  # codes are distinct within a rank after drop_duplicates
+    rows = np.flatnonzero(ranks_with[codes[0]] == len(frames))  # the first rank's rows every rank has
+    wanted = codes[0][rows]
+    first = frames[0].iloc[rows].reset_index(drop=True)
+    columns: dict[str, object] = {k: first[k] for k in keys}
+    values = ["step", "bytes", "group_size", "start_ns", "clock_ns", "duration_ns"]
+    where = np.empty(n_codes, dtype=np.int64)
+    for i, (dev, f, c) in enumerate(zip(devices, frames, codes, strict=True)):
+        where[c] = np.arange(len(c))
+        take = where[wanted]
+        for v in values:
+            columns[f"{v}_r{dev.rank}"] = f[v].to_numpy()[take]
+        if i == 0:  # the first rank's sequence numbers and ordinals, for reading the table
+            columns.update({k: first[k] for k in ("seq", "ordinal", "step_ordinal") if k not in keys})
+    return pd.DataFrame(columns), method
 
 
 def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) -> pd.DataFrame:
     dur = np.column_stack([wide[f"duration_ns_r{r}"].to_numpy(np.int64) for r in ranks])
     transfer = dur.min(axis=1)
-    out = wide.copy()
-    out["transfer_ns"] = transfer
-    for i, r in enumerate(ranks):
-        out[f"wait_ns_r{r}"] = dur[:, i] - transfer
+    new: dict[str, object] = {"transfer_ns": transfer}
+    new.update({f"wait_ns_r{r}": dur[:, i] - transfer for i, r in enumerate(ranks)})
     rank_arr = np.asarray(ranks)
-    out["least_wait_rank"] = rank_arr[dur.argmin(axis=1)]
+    new["least_wait_rank"] = rank_arr[dur.argmin(axis=1)]
     if comparable:
         clock = np.column_stack([wide[f"clock_ns_r{r}"].to_numpy(np.int64) for r in ranks])
-        out["last_arrival_rank"] = rank_arr[clock.argmax(axis=1)]
-        out["arrival_skew_ns"] = clock.max(axis=1) - clock.min(axis=1)
+        new["last_arrival_rank"] = rank_arr[clock.argmax(axis=1)]
+        new["arrival_skew_ns"] = clock.max(axis=1) - clock.min(axis=1)
     else:
-        out["last_arrival_rank"] = -1
-        out["arrival_skew_ns"] = -1
-    out["step"] = wide[f"step_r{ranks[0]}"].to_numpy(np.int64)
+        new["last_arrival_rank"] = -1
+        new["arrival_skew_ns"] = -1
+    new["step"] = wide[f"step_r{ranks[0]}"].to_numpy(np.int64)
     size = np.column_stack([wide[f"bytes_r{r}"].to_numpy(np.int64) for r in ranks]).max(axis=1)
     group = np.column_stack([wide[f"group_size_r{r}"].to_numpy(np.int64) for r in ranks]).max(axis=1)
     group = np.where(group > 0, group, len(ranks))
-    out["bytes"] = size
-    pairs, inverse = np.unique(np.c_[pd.factorize(out["kind"])[0], group], axis=0, return_inverse=True)
-    kinds = pd.factorize(out["kind"])[1]
+    new["bytes"] = size
+    kind_codes, kinds = pd.factorize(wide["kind"])
+    pairs, inverse = np.unique(np.c_[kind_codes, group], axis=0, return_inverse=True)
     factor = np.array([bus_factor(str(kinds[k]), int(n)) for k, n in pairs])[inverse.ravel()] \
-        if len(out) else np.zeros(0)
+        if len(wide) else np.zeros(0)
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((size > 0) & (transfer > 0), size / np.maximum(transfer, 1), np.nan)  # B/ns = GB/s
-    out["algbw_gbps"] = algbw
-    out["busbw_gbps"] = algbw * factor
-    return out
+    new["algbw_gbps"] = algbw
+    new["busbw_gbps"] = algbw * factor
+    kept = wide.drop(columns=[c for c in new if c in wide])
+    added = pd.DataFrame(new, index=wide.index)
+    out = pd.concat([kept, added], axis=1)
+    order = [*wide.columns, *(c for c in new if c not in wide)]  # replaced columns keep their place
+    return out[order]
 
 
 def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> dict[str, object]:
@@ -187,10 +211,17 @@ def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> dict[str, object]:
     if not len(per):
         return {}
     ref = ranks[0]
-    offsets = {str(r): int(((per[f"clock_ns_r{r}"] - per[f"clock_ns_r{ref}"])
-                            - (per[f"wait_ns_r{ref}"] - per[f"wait_ns_r{r}"])).median()) for r in ranks[1:]}
+    clock0, wait0 = per[f"clock_ns_r{ref}"].to_numpy(np.int64), per[f"wait_ns_r{ref}"].to_numpy(np.int64)
+    offsets = {str(r): int(np.median((per[f"clock_ns_r{r}"].to_numpy(np.int64) - clock0)
+                                     - (wait0 - per[f"wait_ns_r{r}"].to_numpy(np.int64)))) for r in ranks[1:]}
     agree = float((per["last_arrival_rank"] == per["least_wait_rank"]).mean() * 100)
     return {"arrival_agrees_with_least_wait_pct": round(agree, 1), "clock_offset_ns_by_rank": offsets}
+
+
+def _counts(values: pd.Series, ranks: list[int]) -> dict[str, int]:
+    """How often each rank appears in ``values`` (0 for absent ones), in ``ranks`` order."""
+    counts = values.value_counts()
+    return {str(r): int(counts.get(r, 0)) for r in ranks}
 
 
 def _mode(values: np.ndarray) -> int | None:
@@ -207,16 +238,19 @@ def _per_step(per: pd.DataFrame, ranks: list[int]) -> tuple[int | None, dict[int
         return None, {}, 0
     grouped = stepped.groupby("step")
     transfer = grouped["transfer_ns"].sum()
-    waits = {r: int(grouped[f"wait_ns_r{r}"].sum().median()) for r in ranks}
+    medians = grouped[[f"wait_ns_r{r}" for r in ranks]].sum().median()
+    waits = {r: int(medians[f"wait_ns_r{r}"]) for r in ranks}
     return int(transfer.median()), waits, len(transfer)
 
 
 def analyze_cross_rank(traces: list[Trace], devices: list[DeviceSummary]) -> CrossRankSummary | None:
     """Match collectives across ranks; None when fewer than two ranks ran any communication."""
     parts: list[DeviceSummary] = []
-    for d in devices:
-        if len(d.collectives) and d.rank not in {p.rank for p in parts}:
+    seen: set[int] = set()
+    for d in devices:  # the first device with collectives of each rank
+        if len(d.collectives) and d.rank not in seen:
             parts.append(d)
+            seen.add(d.rank)
     if len(parts) < 2:
         return None
     clocks = _clock_offsets(traces, parts)
@@ -237,7 +271,7 @@ def analyze_cross_rank(traces: list[Trace], devices: list[DeviceSummary]) -> Cro
         "steps_matched": steps,
         "straggler_by_arrival": by_arrival,
         "straggler_by_least_wait": by_wait,
-        "least_wait_counts": {str(r): int((per["least_wait_rank"] == r).sum()) for r in ranks},
+        "least_wait_counts": _counts(per["least_wait_rank"], ranks),
         "clock_comparable": clocks is not None,
         "clock_note": "one trace file: one clock" if clocks is not None and len(clocks) == 1 else
         "Kineto baseTimeNanoseconds + ts (host clocks: skew between machines adds to arrival times)"

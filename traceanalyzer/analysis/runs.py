@@ -98,7 +98,10 @@ def _mix(devices: list[DeviceSummary]) -> tuple[dict[tuple[str, int], int], floa
 
 def describe(trace: Trace, devices: list[DeviceSummary]) -> Unit:
     """The identity facts of one trace file from its per-device summaries."""
-    mine = [d for d in devices if d.trace == str(trace.path)]
+    return _describe(trace, [d for d in devices if d.trace == str(trace.path)])
+
+
+def _describe(trace: Trace, mine: list[DeviceSummary]) -> Unit:
     mix, per_step = _mix(mine)
     return Unit(str(trace.path), sorted({d.rank for d in mine}), trace.world_size, _utc_window(trace, mine),
                 mix, per_step)
@@ -111,10 +114,11 @@ def _mix_overlap(a: dict[tuple[str, int], int], b: dict[tuple[str, int], int]) -
     return sum(n for key, n in small.items() if key in large) / total if total else 1.0
 
 
-def incompatibility(unit: Unit, run: Run, members: list[Unit]) -> str | None:
-    """Why ``unit`` cannot be a rank file of ``run``, or None when nothing says so."""
+def incompatibility(unit: Unit, run: Run, members: list[Unit], run_ranks: set[int] | None = None) -> str | None:
+    """Why ``unit`` cannot be a rank file of ``run``, or None when nothing says so. ``run_ranks``: ``run.ranks``
+    as a set, when the caller keeps one."""
     name = Path(unit.path).name
-    shared = sorted(set(unit.ranks) & set(run.ranks))
+    shared = sorted(r for r in set(unit.ranks) if r in (run_ranks if run_ranks is not None else set(run.ranks)))
     if shared:
         return f"{name} repeats rank {shared[0]}"
     if unit.world_size and run.world_size and unit.world_size != run.world_size:
@@ -135,28 +139,47 @@ def incompatibility(unit: Unit, run: Run, members: list[Unit]) -> str | None:
 
 def group_runs(traces: list[Trace], devices: list[DeviceSummary]) -> list[Run]:
     """Runs of the inputs, the primary (most ranks, earliest) first (see the module doc)."""
-    units = [describe(t, devices) for t in traces]
-    units = [u for u in units if u.ranks]
-    units.sort(key=lambda u: (u.window_utc[0] if u.window_utc else 0, u.path))
+    by_path: dict[str, list[DeviceSummary]] = {}
+    for d in devices:  # grouped once: describing each file does not scan every device
+        by_path.setdefault(d.trace, []).append(d)
+    units = [_describe(t, by_path.get(str(t.path), [])) for t in traces]
+    return group_units([u for u in units if u.ranks])
+
+
+def group_units(units: list[Unit]) -> list[Run]:
+    """:func:`group_runs` of described files."""
+    units = sorted(units, key=lambda u: (u.window_utc[0] if u.window_utc else 0, u.path))
     runs: list[Run] = []
+    # per run: its members with distinct collective signatures (members alike give the same verdict, so the first
+    # of each stands for all: the first incompatible member is the same) and its ranks as a set; cost stays
+    # linear in the number of files when they are ranks of one job
     members: list[list[Unit]] = []
+    signatures: list[set[object]] = []
+    rank_sets: list[set[int]] = []
     for unit in units:
         why_not: list[str] = []
+        sig = (tuple(sorted(unit.collective_mix.items())), unit.collectives_per_step)
         for i, run in enumerate(runs):
-            why = incompatibility(unit, run, members[i])
+            why = incompatibility(unit, run, members[i], rank_sets[i])
             if why is None:
                 run.paths.append(unit.path)
-                run.ranks = sorted({*run.ranks, *unit.ranks})
+                rank_sets[i].update(unit.ranks)
                 run.world_size = run.world_size or unit.world_size
                 if unit.window_utc:
                     lo, hi = run.window_utc or unit.window_utc
                     run.window_utc = (min(lo, unit.window_utc[0]), max(hi, unit.window_utc[1]))
-                members[i].append(unit)
+                if sig not in signatures[i]:
+                    signatures[i].add(sig)
+                    members[i].append(unit)
                 break
             why_not.append(why)
         else:
             runs.append(Run([unit.path], list(unit.ranks), unit.world_size, unit.window_utc, why_not))
             members.append([unit])
+            signatures.append({sig})
+            rank_sets.append(set(unit.ranks))
+    for run, ranks in zip(runs, rank_sets, strict=True):
+        run.ranks = sorted(ranks)
     order = sorted(range(len(runs)), key=lambda i: -len(runs[i].ranks))  # stable: earliest first on ties
     return [runs[i] for i in order]
 

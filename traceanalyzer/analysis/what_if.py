@@ -311,10 +311,6 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     return steps, evidence
 
 
-def _trace_of(traces: list[Trace], dev: DeviceSummary) -> Trace | None:
-    return next((t for t in traces if t.path == dev.trace), traces[0] if len(traces) == 1 else None)
-
-
 def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
     if len(steps) == 0:
         return {**evidence, "note": "no collective inside a step window"}
@@ -341,8 +337,11 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
                        cross_rank: CrossRankSummary | None) -> WhatIf:
     """Step-time saving if communication were free (see the module doc for the method)."""
     ranks: dict[int, tuple[pd.DataFrame, dict[str, Any]]] = {}
+    by_path: dict[str, Trace] = {}
+    for t in traces:  # the first trace of each path, looked up once per device (not a scan per device)
+        by_path.setdefault(t.path, t)
     for dev in devices:
-        trace = _trace_of(traces, dev)
+        trace = by_path.get(dev.trace, traces[0] if len(traces) == 1 else None)
         if trace is None or dev.rank in ranks:
             continue
         steps = _rank_steps(trace, dev, _cross_rank_columns(cross_rank, dev.rank))

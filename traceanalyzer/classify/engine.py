@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,11 @@ _PRECISION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fp32", re.compile(r"sgemm|tf32|_float(?![a-z0-9])|(?<![a-z0-9])f32(?![a-z0-9])|fp32|float32"
                         r"|[<,] ?float ?[,>]|s1688gemm", re.IGNORECASE)),
 )
+# The same patterns for lower-cased ASCII text (no IGNORECASE: about 3x faster), and all of them at once: a name
+# none of them matches is "unknown" after one search.
+_DTYPE_LIST_LOWER = re.compile(_DTYPE_LIST_IN_NAME.pattern.lower())
+_PRECISION_LOWER = tuple((p, re.compile(pattern.pattern.lower())) for p, pattern in _PRECISION_PATTERNS)
+_ANY_PRECISION = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in _PRECISION_LOWER))
 _MXFP4 = re.compile(r"mxf4|mxfp4|mxe2m1|mx_?e2m1|ue8m0", re.IGNORECASE)
 _NVFP4 = re.compile(r"nvf4|nvfp4|ue4m3|^t?bmm_|^gemm_", re.IGNORECASE)
 _ARCH = re.compile(r"(?:^|[^a-zA-Z])(?:sm|SM)_?(\d{2,3})(?![\dx])|Sm(\d{2,3})(?![\dx])|(?:^|[^a-z])cutlass_(\d{2})_")
@@ -95,7 +102,13 @@ def infer_precision(name: str) -> str:
     nvjet = _NVJET_TYPES.match(name)
     if nvjet:  # cuBLAS nvjet_<types>_...: first letter(s) = input type (t bf16, h fp16, s fp32, qq fp8)
         return _NVJET_CODES.get(nvjet.group(1), "unknown")
-    text = _DTYPE_LIST_IN_NAME.sub("", _template_part(name))
+    text = _template_part(name)
+    if text.isascii():  # lower-casing keeps every position, so the lower-case patterns find the same matches
+        low = _DTYPE_LIST_LOWER.sub("", text.lower())
+        if _ANY_PRECISION.search(low) is None:
+            return "unknown"
+        return next((p for p, pattern in _PRECISION_LOWER if pattern.search(low)), "unknown")
+    text = _DTYPE_LIST_IN_NAME.sub("", text)
     for precision, pattern in _PRECISION_PATTERNS:
         if pattern.search(text):
             return precision
@@ -141,7 +154,7 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
     norm = normalize_name(raw)
     fn = head(norm)
     lname, lfn = norm.lower(), fn.lower()
-    rule: Rule | None = next((r for r in rules.rules if r.matches(norm, fn, lname, lfn)), None)
+    rule: Rule | None = rules.first_match(norm, fn, lname, lfn)
     truncated = is_truncated(raw)
     extra_tags = ("truncated",) if truncated else ()
     if rule is None:
@@ -165,10 +178,38 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
     )
 
 
+PARALLEL_MIN_NAMES = 50_000  # distinct names from which classification is split across processes
+
+
+def classify_many(names: list[str], rules: RuleSet, *, parallel_min: int = PARALLEL_MIN_NAMES) -> list[KernelClass]:
+    """``classify_one`` of every name, in order. From ``parallel_min`` names on (and with more than one CPU, in
+    a main process on a platform that forks), halves of the list are classified in forked processes."""
+    workers = min(os.cpu_count() or 1, 8)
+    if len(names) < max(parallel_min, 2) or workers < 2 or multiprocessing.parent_process() is not None \
+            or "fork" not in multiprocessing.get_all_start_methods():
+        return [classify_one(n, rules) for n in names]
+    size = -(-len(names) // workers)
+    chunks = [names[i:i + size] for i in range(0, len(names), size)]
+    ctx = multiprocessing.get_context("fork")
+    global _FORK_RULES
+    _FORK_RULES = rules  # inherited by the forked workers: no rule set is pickled
+    try:
+        with ctx.Pool(len(chunks)) as pool:
+            parts = pool.map(_classify_chunk, chunks)
+    finally:
+        _FORK_RULES = None
+    return [c for part in parts for c in part]
+
+
+_FORK_RULES: RuleSet | None = None
+
+
+def _classify_chunk(names: list[str]) -> list[KernelClass]:
+    assert _FORK_RULES is not None
+    return [classify_one(n, _FORK_RULES) for n in names]
+
+
 def classify_unique(names: list[str], rules: RuleSet) -> dict[str, KernelClass]:
     """Each distinct name classified once."""
-    out: dict[str, KernelClass] = {}
-    for name in names:
-        if name not in out:
-            out[name] = classify_one(name, rules)
-    return out
+    distinct = list(dict.fromkeys(names))
+    return dict(zip(distinct, classify_many(distinct, rules), strict=True))

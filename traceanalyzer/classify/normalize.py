@@ -45,7 +45,8 @@ def _strip_enable_if(name: str) -> str:
 
 
 def _canonical_args(text: str) -> str:
-    text = _BOOL_CAST.sub(lambda m: "true" if m.group(1) == "1" else "false", text)
+    if "(bool)" in text:
+        text = _BOOL_CAST.sub(lambda m: "true" if m.group(1) == "1" else "false", text)
     text = _BUILTIN_CAST.sub(r"\1", text)
     return _INT_SUFFIX.sub(r"\1", text)
 
@@ -53,22 +54,28 @@ def _canonical_args(text: str) -> str:
 @lru_cache(maxsize=65536)
 def normalize_name(raw: str) -> str:
     """The canonical spelling of a kernel name (demangled, no return type, uniform template text)."""
-    name = _ROCM_SUFFIX.sub("", raw.strip())
-    name = _ROCM_SUFFIX.sub("", name)
+    # each substitution runs only where its pattern can match (the literal it needs is there): same result
+    name = raw.strip()
+    if "[clone " in name or name.endswith(".kd"):
+        name = _ROCM_SUFFIX.sub("", _ROCM_SUFFIX.sub("", name))
     if name.startswith("_Z"):
         name = demangle(name)
-    name = _TRUNCATED.sub("", name)
+    if "..." in name or "…" in name:
+        name = _TRUNCATED.sub("", name)
     name = _SPACES.sub(" ", name)
     name = _strip_enable_if(_RETURN_TYPE.sub("", name))
-    name = _ANON.sub("(anonymous namespace)", name)
+    if "<unnamed>" in name or "anonymous" in name:
+        name = _ANON.sub("(anonymous namespace)", name)
     if "<" in name or "(" in name:
         name = _canonical_args(name)
-        while True:
-            collapsed = _CLOSE.sub(">>", name)
-            if collapsed == name:
-                break
-            name = collapsed
-        name = _PTR_SPACE.sub(r"\1", name)
+        if ">" in name:
+            while True:
+                collapsed = _CLOSE.sub(">>", name)
+                if collapsed == name:
+                    break
+                name = collapsed
+        if " *" in name or " &" in name:  # whitespace is single spaces by now
+            name = _PTR_SPACE.sub(r"\1", name)
     return name.strip()
 
 

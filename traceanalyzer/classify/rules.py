@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..buckets import BUCKETS
 from ..errors import RulesError
+from .prefilter import required_literals
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,6 +65,7 @@ class Rule:
     confidence: str = "high"
     source: str = "default"
     lowercase: bool = False  # case-insensitive rule compiled for lower-cased text (3x faster than IGNORECASE)
+    literals: tuple[str, ...] | None = None  # one of them is in every text the pattern matches (prefilter)
 
     def matches(self, name: str, head: str, lname: str, lhead: str) -> bool:
         """Whether this rule applies to a normalised name.
@@ -84,6 +87,88 @@ class RuleSet:
 
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def _plan(self) -> _Plan:
+        """Which text each rule reads (0 name, 1 head, 2 lower name, 3 lower head); the bit mask of rules without
+        literals (always tried); per text, a regex finding the literals in it and literal → mask of the rules
+        it admits (see :meth:`first_match`). Built once per rules tuple (every trace's RuleSet shares it)."""
+        cached = _PLANS.get(id(self.rules))
+        if cached is None or cached[0] is not self.rules:
+            if len(_PLANS) >= 8:  # user rule sets come and go; the default one is rebuilt at most now and then
+                _PLANS.clear()
+            cached = _PLANS[id(self.rules)] = (self.rules, _build_plan(self.rules))
+        return cached[1]
+
+    def first_match(self, name: str, head: str, lname: str, lhead: str) -> Rule | None:
+        """The first rule that applies (as ``Rule.matches`` tried in order), trying only the rules whose text
+        holds one of their required literals (found for all rules at once: one regex pass per text, which
+        reports the longest literal starting at each position) and the rules without literals."""
+        texts = (name, head, lname, lhead)
+        kinds, candidates, index = self._plan
+        for text, (finder, masks) in zip(texts, index, strict=True):
+            if finder is not None:
+                for m in finder.finditer(text):
+                    candidates |= masks[m.group(1)]
+        while candidates:
+            low = candidates & -candidates
+            candidates ^= low
+            i = low.bit_length() - 1
+            rule, text = self.rules[i], texts[kinds[i]]
+            if rule.not_prefix and name.startswith(rule.not_prefix):
+                continue
+            if rule.pattern.search(text) and (rule.exclude is None
+                                              or not rule.exclude.search(lname if rule.lowercase else name)):
+                return rule
+        return None
+
+
+_Plan = tuple[tuple[int, ...], int, tuple[tuple[re.Pattern[str] | None, dict[str, int]], ...]]
+_PLANS: dict[int, tuple[tuple[Rule, ...], _Plan]] = {}
+
+
+def _build_plan(rules: tuple[Rule, ...]) -> _Plan:
+    """See :attr:`RuleSet._plan`."""
+    kinds = tuple((2 if r.lowercase else 0) + (1 if r.on_head else 0) for r in rules)
+    always = sum(1 << i for i, r in enumerate(rules) if not r.literals)
+    index = []
+    for kind in range(4):
+        owners: dict[str, int] = {}
+        for i, r in enumerate(rules):
+            if kinds[i] == kind and r.literals:
+                for lit in r.literals:
+                    owners[lit] = owners.get(lit, 0) | (1 << i)
+        # a literal found admits the rules of every literal that is a prefix of it (they occur there too)
+        masks = {lit: _or(m for p, m in owners.items() if lit.startswith(p)) for lit in owners}
+        index.append((re.compile(f"(?=({_trie(owners)}))") if owners else None, masks))
+    return kinds, always, tuple(index)
+
+
+def _or(masks: Iterable[int]) -> int:
+    out = 0
+    for m in masks:
+        out |= m
+    return out
+
+
+def _trie(words: Iterable[str]) -> str:
+    """A regex matching the longest of ``words`` that starts where it is tried (a trie: one branch per letter,
+    greedy optional tails)."""
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(root)
 
 
 def _fail(path: str, problem: str) -> RulesError:
@@ -161,6 +246,7 @@ def compile_rule(raw: Any, index: int, path: str) -> Rule:
         confidence=_choice(raw, "confidence", CONFIDENCES, where, path) or "high",
         source=path,
         lowercase=lowercase,
+        literals=required_literals(pattern),
     )
 
 

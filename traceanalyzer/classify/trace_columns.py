@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..trace import StringPool, Trace
-from .engine import KernelClass, classify_one
+from .engine import KernelClass, classify_many, classify_one
 from .rules import RuleSet, rule_set
 
 MEMOP_SUBBUCKETS: dict[str, str] = {
@@ -41,7 +41,7 @@ def _unique_ids(ids: np.ndarray, pool_size: int) -> tuple[np.ndarray, np.ndarray
 def classify_name_ids(strings: StringPool, ids: np.ndarray, rules: RuleSet) -> dict[str, np.ndarray]:
     """Per-row class columns for string-pool name ids (each distinct id classified once)."""
     unique_ids, inverse = _unique_ids(ids, len(strings))
-    classes: list[KernelClass] = [classify_one(strings[int(i)] if i >= 0 else "", rules) for i in unique_ids]
+    classes: list[KernelClass] = classify_many([strings[int(i)] if i >= 0 else "" for i in unique_ids], rules)
     return {
         "bucket_id": _codes(strings, [c.bucket for c in classes])[inverse],
         "subbucket_id": _codes(strings, [c.subbucket for c in classes])[inverse],

@@ -27,7 +27,11 @@ def _best(findings: list[Finding]) -> list[Finding]:
 
 
 def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
-    """Per rank: median per step of its wait inside matched collectives, and of the SM-idle part of that wait."""
+    """Per rank: median per step of its wait inside matched collectives, and of the SM-idle part of that wait
+    (computed once per context)."""
+    if "wait_by_rank" in ctx.memo:
+        cached: dict[str, dict[str, int]] = ctx.memo["wait_by_rank"]
+        return cached
     out: dict[str, dict[str, int]] = {}
     for dev in ctx.summary.devices:
         c = ctx.collectives(dev)
@@ -37,6 +41,7 @@ def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
         out[str(dev.rank)] = {"wait_ns_per_step": per_step_median(ctx.steps(dev), idx, c["wait_ns"].to_numpy()),
                               "exposed_wait_ns_per_step": per_step_median(ctx.steps(dev), idx,
                                                                           c["exposed_wait_ns"].to_numpy())}
+    ctx.memo["wait_by_rank"] = out
     return out
 
 
@@ -45,6 +50,9 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
     waiting for another rank and transfer."""
     found = []
     waits = _wait_by_rank(ctx)
+    # every device's figures, built once and shared by the candidates (one per device; the best is kept)
+    devices = [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns": d.comm_exposed_per_step_ns,
+                "overlap_pct": d.overlap_pct} for d in ctx.summary.devices]
     for dev in ctx.summary.devices:
         per_step = dev.comm_exposed_per_step_ns if dev.comm_exposed_per_step_ns is not None else dev.comm_exposed_ns
         pct = ctx.pct_of_step(dev, per_step)
@@ -63,10 +71,7 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
                            "it is waiting, balance the ranks first (see straggler_wait).",
             evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                       "steps": ctx.steps(dev), "step_ns_median": dev.step_ns_median,
-                      "cross_rank_wait_by_rank": waits,
-                      "devices": [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns":
-                                   d.comm_exposed_per_step_ns, "overlap_pct": d.overlap_pct}
-                                  for d in ctx.summary.devices]},
+                      "cross_rank_wait_by_rank": waits, "devices": devices},
         ))
     return _best(found)
 

@@ -8,8 +8,9 @@ unless a rule says otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,7 @@ class FindingContext:
     traces: list[Trace]
     summary: Summary
     thresholds: FindingThresholds
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # results the rules share, computed once
 
     @cached_property
     def trace_by_path(self) -> dict[str, Trace]:
@@ -76,10 +78,37 @@ class FindingContext:
         pct = self.pct_of_step(dev, ns)
         return pct is not None and pct >= self.thresholds.min_impact_pct
 
+    @cached_property
+    def _matched_by_rank(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per rank, from the cross-rank table (read once): its sorted distinct start times and, for the first
+        instance starting at each, the transfer and this rank's wait."""
+        cr = self.summary.cross_rank
+        if cr is None or not len(cr.per_collective):
+            return {}
+        per = cr.per_collective
+        transfer_all = per["transfer_ns"].to_numpy(np.int64)
+        out = {}
+        for rank in {d.rank for d in self.summary.devices}:
+            col = f"start_ns_r{rank}"
+            if col not in per:
+                continue
+            starts, first = np.unique(per[col].to_numpy(np.int64), return_index=True)
+            out[rank] = (starts, transfer_all[first], per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first])
+        return out
+
     def collectives(self, dev: DeviceSummary) -> pd.DataFrame:
         """The device's collective instances inside step windows, with cross-rank ``transfer_ns`` and this
         rank's ``wait_ns`` where matched (else transfer = duration, wait = 0) and ``exposed_transfer_ns`` =
-        min(exposed, transfer): the SM-idle time of the instance that is not waiting for another rank."""
+        min(exposed, transfer): the SM-idle time of the instance that is not waiting for another rank.
+        Computed once per device (the rules call it many times)."""
+        key = ("collectives", id(dev))
+        cached = self.memo.get(key)
+        if cached is None or cached[0] is not dev:
+            cached = self.memo[key] = (dev, self._collectives(dev))
+        result: pd.DataFrame = cached[1]
+        return result
+
+    def _collectives(self, dev: DeviceSummary) -> pd.DataFrame:
         c = dev.collectives
         if not len(c):
             return c
@@ -87,14 +116,14 @@ class FindingContext:
         c = c.reset_index(drop=True)
         transfer = c["duration_ns"].to_numpy(np.int64).copy()
         wait = np.zeros(len(c), dtype=np.int64)
-        cr = self.summary.cross_rank
-        col = f"start_ns_r{dev.rank}"
-        if cr is not None and len(cr.per_collective) and col in cr.per_collective and len(c):
-            per = cr.per_collective.drop_duplicates(col).set_index(col)
-            hit = c["start_ns"].isin(per.index).to_numpy()
-            rows = per.loc[c["start_ns"][hit]]
-            transfer[hit] = rows["transfer_ns"].to_numpy(np.int64)
-            wait[hit] = rows[f"wait_ns_r{dev.rank}"].to_numpy(np.int64)
+        matched = self._matched_by_rank.get(dev.rank)
+        if matched is not None and len(c) and len(matched[0]):
+            starts, m_transfer, m_wait = matched
+            mine = c["start_ns"].to_numpy(np.int64)
+            pos = np.minimum(np.searchsorted(starts, mine), len(starts) - 1)
+            hit = starts[pos] == mine
+            transfer[hit] = m_transfer[pos[hit]]
+            wait[hit] = m_wait[pos[hit]]
         exposed = c["exposed_ns"].to_numpy(np.int64)
         return c.assign(transfer_ns=transfer, wait_ns=wait, exposed_transfer_ns=np.minimum(exposed, transfer),
                         exposed_wait_ns=np.minimum(exposed, wait))

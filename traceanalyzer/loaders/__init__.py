@@ -6,22 +6,26 @@ from pathlib import Path
 
 from ..trace import Trace
 from .detect import GZIP_MAGIC, KINETO, NSYS, SQLITE_MAGIC, ProgressFn, detect_format, expand_paths, file_size
+from .limits import Window, check_memory, json_size, kineto_estimate, window_trace
 
 
 def load_one(path: str | Path, *, progress: ProgressFn | None = None,
-             tables: frozenset[str] | None = None) -> Trace:
+             tables: frozenset[str] | None = None, window: Window | None = None) -> Trace:
     """Load one trace file into a normalized Trace (format detected from content).
 
-    ``tables`` limits which optional tables are read (kernels are always read).
+    ``tables`` limits which optional tables are read (kernels are always read); ``window`` keeps the activity
+    starting inside it (:mod:`.limits`). Either format first checks the memory the load needs.
     """
     fmt = detect_format(path)
     if fmt == NSYS:
         from . import nsys
 
-        return nsys.load(Path(path), progress=progress, tables=tables)
+        return nsys.load(Path(path), progress=progress, tables=tables, window=window)
     from . import kineto
 
-    return kineto.load(Path(path), progress=progress, tables=tables)
+    check_memory(path, kineto_estimate(json_size(Path(path))), None)
+    trace = kineto.load(Path(path), progress=progress, tables=tables)
+    return trace if window is None else window_trace(trace, window)
 
 
 __all__ = ["GZIP_MAGIC", "KINETO", "NSYS", "SQLITE_MAGIC", "ProgressFn", "detect_format", "expand_paths",

@@ -19,6 +19,7 @@ from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
 from .detect import NSYS, ProgressFn
+from .limits import Window, check_memory, nsys_estimate, window_views
 from .nsys_meta import (
     GpuCatalog,
     RankAssignment,
@@ -55,8 +56,11 @@ OPTIONAL_TABLES = frozenset({"memops", "ranges", "api_calls", "graph_launches", 
 _Columns = dict[str, np.ndarray]
 
 
-def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[str] | None = None) -> Trace:
-    """Load an nsys SQLite export. ``tables`` limits the optional tables read (kernels are always read).
+def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[str] | None = None,
+         window: Window | None = None) -> Trace:
+    """Load an nsys SQLite export. ``tables`` limits the optional tables read (kernels are always read);
+    ``window`` keeps only the activity starting inside it (read through SQLite views, see :mod:`.limits`).
+    Before reading, the memory needed is estimated from row counts (:func:`~traceanalyzer.loaders.limits.check_memory`).
 
     ``progress(done_rows, total_rows)`` is called after every fetched chunk. Raises
     :class:`~traceanalyzer.errors.BadInputError` for files that are not nsys exports or are corrupt.
@@ -67,7 +71,7 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     except sqlite3.Error as exc:
         raise BadInputError(path, f"cannot open the SQLite database ({exc})") from None
     try:
-        return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables))
+        return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables), window)
     except sqlite3.DatabaseError as exc:
         raise CorruptFileError(path, f"cannot read the SQLite database, it is corrupt or truncated ({exc})",
                                "re-export it with nsys export --type sqlite") from None
@@ -164,10 +168,22 @@ def _warnings(counts: dict[str, int], caps: dict[str, object], ranks: RankAssign
     return out
 
 
-def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, want: frozenset[str]) -> Trace:
+def _windowed(conn: sqlite3.Connection, schema: Schema, types: dict[str, int], window: Window) -> None:
+    """Temporary views that hold only the window's rows, in place of the activity tables."""
+    timed = {t: "start" for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, GRAPH_TRACE, NVTX) if schema.has(t, "start")}
+    if schema.has(GPU_METRICS, "timestamp"):
+        timed[GPU_METRICS] = "timestamp"
+    keep = f"eventType = {int(types['NvtxDomainCreate'])}" if schema.has(NVTX, "eventType") else ""
+    window_views(conn, timed, window, keep)
+
+
+def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, want: frozenset[str],
+          window: Window | None = None) -> Trace:
     schema = probe(conn)
     _require_nsys(path, schema)
     types = nvtx_event_types(conn, schema) if schema.cols(NVTX) else dict(NVTX_TYPE_DEFAULTS)
+    if window is not None:
+        _windowed(conn, schema, types, window)
     counts, nvtx_rows = raw_counts(conn, schema, types)
     source_counts = {KERNEL: counts["kernels"], MEMCPY: counts["memcpy"], MEMSET: counts["memset"],
                      GPU_METRICS: counts["gpu_metrics_samples"], GRAPH_TRACE: counts["graph_launches"],
@@ -176,6 +192,10 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         ("memops", counts["memcpy"] + counts["memset"]), ("ranges", nvtx_rows), ("api_calls", counts["api_calls"]),
         ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
         if key in want or (key == "ranges" and "collectives" in want))
+    check_memory(path, nsys_estimate({"kernels": counts["kernels"], **{key: n for key, n in (
+        ("memops", counts["memcpy"] + counts["memset"]), ("ranges", nvtx_rows), ("api_calls", counts["api_calls"]),
+        ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
+        if key in want or (key == "ranges" and "collectives" in want)}}), window)
     pool = StringPool()
     ctx = ReadContext(conn, schema, pool, RowProgress(progress, planned), source_counts)
     cols = _read_tables(ctx, want, types)
