@@ -292,3 +292,13 @@ def test_one_analysis_pass(tmp_path, monkeypatch):
     assert len(calls) == 1 and result.summary is not None
     assert _rows(tmp_path / "one.db", "SELECT sum(comm_exposed_ns) AS s FROM devices")[0]["s"] == \
         sum(d.comm_exposed_ns for d in result.summary.devices)
+
+
+def test_window_applies_as_in_summary(tmp_path, capsys):
+    db = tmp_path / "w.db"
+    assert main(["export", "--window", "0:0.05", str(KINETO_DIR), "-o", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["summary", "--json", "--window", "0:0.05", str(KINETO_DIR)]) == 0
+    devices = json.loads(capsys.readouterr().out)["devices"]
+    kernels = [r["n"] for r in _rows(db, "SELECT count(*) AS n FROM kernels GROUP BY rank ORDER BY rank")]
+    assert kernels == [d["kernels"] for d in devices] and sum(kernels) < 1368

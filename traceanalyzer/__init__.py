@@ -33,13 +33,15 @@ PathLike = str | Path
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, step_range: str | None = None,
             layer_pattern: str | None = DEFAULT_LAYER_PATTERN, rules: PathLike | None = None,
             gpu_log: PathLike | None = None, jobs: int = 1, findings: bool = True,
-            extra: dict[str, Any] | None = None, progress: ProgressFn | None = None) -> Summary:
+            extra: dict[str, Any] | None = None, progress: ProgressFn | None = None,
+            window: str | None = None) -> Summary:
     """Summarize loaded Traces, or trace files / directories of rank traces (loaded and classified first).
 
     ``step_range`` names the NVTX/record_function range marking a step, ``layer_pattern`` the regex of layer
     ranges, ``rules`` a TOML file of extra classification rules, ``gpu_log`` an nvidia-smi CSV log; ``jobs``
     worker processes load files; ``findings=False`` skips the findings rules; ``extra`` passes
-    ``finding_thresholds`` / ``disabled_findings``. ``progress`` applies to paths only.
+    ``finding_thresholds`` / ``disabled_findings``. ``progress`` and ``window`` (``"START:END"`` seconds from the
+    capture start) apply to paths only.
 
     >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])   # doctest: +SKIP
     """
@@ -49,13 +51,15 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
                                "gpu_log": gpu_log, "jobs": jobs, "findings": findings, "extra": extra or {}}
     if progress is not None:
         options["progress"] = progress
+    if window is not None:
+        options["window"] = window
     return _summary(traces_or_paths, **options)
 
 
 def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-           gpu_log: PathLike | None = None, cdn: bool = False,
-           progress: ProgressFn | None = None) -> tuple[Path, Summary]:
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: ProgressFn | None = None,
+           window: str | None = None) -> tuple[Path, Summary]:
     """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``.
 
     ``output`` defaults to ``reports/<first trace name>.html``; ``cdn`` references plotly on its CDN instead of
@@ -66,13 +70,13 @@ def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = No
     files: list[PathLike] = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return _report(files, output=output, rules=rules,
                    jobs=jobs, step_range=step_range, layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn,
-                   progress=progress)
+                   progress=progress, window=window)
 
 
 def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], output: PathLike, *,
            append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
            layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
-           progress: ProgressFn | None = None) -> ExportResult:
+           progress: ProgressFn | None = None, window: str | None = None) -> ExportResult:
     """Write the analysis to a SQLite database (docs/EXPORT.md): trace files, Traces, or a ready ``Summary``.
 
     ``append`` adds a run to an existing database instead of replacing it. Returns an ``ExportResult``
@@ -81,7 +85,7 @@ def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], outp
     from .export import export as _export
 
     return _export(traces, output, append=append, rules=rules, jobs=jobs, step_range=step_range,
-                   layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress)
+                   layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
 
 
 def classify_names(names: list[str], rules: PathLike | None = None) -> list[Any]:

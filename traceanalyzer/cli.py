@@ -195,8 +195,9 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
 @_STEP_RANGE
 @_LAYER_PATTERN
 @_GPU_LOG
+@_WINDOW
 def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | None, jobs: int,
-           step_range: str | None, layer_pattern: str, gpu_log: Path | None) -> None:
+           step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
     """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
     layers, collectives and findings, with foreign keys to traces, indexes on (trace_id, rank, device,
     start_ns) and full-text search on kernel names. Open it with sqlite3 or Datasette; docs/EXPORT.md has
@@ -207,7 +208,7 @@ def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | N
 
     with progress_bar("loading") as progress:
         result = export_fn(list(traces), output, append=append, rules=rules, jobs=jobs, step_range=step_range,
-                           layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress)
+                           layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
     click.echo(f"{result.path}: run {result.run_id} — {counts}")
 

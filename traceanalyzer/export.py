@@ -53,14 +53,14 @@ class ExportResult:
 def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], output: PathLike, *,
            append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
            layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
-           progress: ProgressFn | None = None) -> ExportResult:
+           progress: ProgressFn | None = None, window: str | None = None) -> ExportResult:
     """Summarize trace files (or loaded Traces, or take a ready :class:`Summary`) and write the results to the
     SQLite database ``output``: the ``export`` command and ``ta.export(...)``.
 
     Without ``append`` the database is written to a temporary file and renamed (a failed export leaves no half
     database, and a file already at ``output`` is replaced); with ``append`` the run is added to a copy of
     ``output`` (created when absent) that then replaces it. ``output`` may not be one of the input traces. The
-    other keywords are the summary's options.
+    other keywords are the summary's options (``window``: ``"START:END"`` seconds, for paths).
     """
     from .analysis.results import Summary
 
@@ -77,7 +77,7 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
         from .pipeline import summary as summarize
 
         summary = summarize(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
-                            gpu_log=gpu_log, **({"progress": progress} if inputs else {}))
+                            gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}))
     check_output(target, [t.path for t in summary.traces], append=append)
     return write_database(summary, target, append=append)
 
