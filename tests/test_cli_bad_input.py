@@ -84,7 +84,7 @@ BAD_TRACES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "mixed_dir": (_mixed_dir, "mixes trace formats|is a directory"),
     "empty_dir": (_empty_dir, "no trace files|is a directory"),
     "sqlite_not_nsys": (_other_sqlite, "not an nsys export|reads PyTorch profiler"),
-    "truncated_sqlite": (_truncated_sqlite, "corrupt or truncated|reads PyTorch profiler"),
+    "truncated_sqlite": (_truncated_sqlite, "corrupt or truncated|truncated SQLite database|reads PyTorch profiler"),
     "nsys_without_kernel_table": (_no_kernel_table, "no kernel table|reads PyTorch profiler"),
     "xz_compressed": (lambda d: REPO / "fixtures" / "nsys" / "tp2_prefill_overlap.sqlite.xz", "xz-compressed.*xz -dk"),
     "zip_archive": (_write("traces.json", b"PK\x03\x04" + GARBAGE), "zip-compressed"),

@@ -193,12 +193,25 @@ def test_share_uses_a_helper_and_falls_back_to_this_process(monkeypatch: pytest.
     assert beside.share(3, lambda i: os.getpid()) == [here] * 3
 
 
-def test_a_file_that_cannot_be_mapped_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write(tmp_path / "t.json", document(many_events(3)))
-    mapped = load_one(path)
+def test_a_file_that_changes_while_read_is_bad_input(tmp_path: Path) -> None:
+    """Read, not mapped: a file truncated (or grown) under the reader is exit 2, never SIGBUS."""
+    from traceanalyzer.errors import FileChangedError
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise OSError("mmap not supported here")
+    text = json.dumps(document(many_events(3))).encode()
+    path = tmp_path / "t.json"
 
-    monkeypatch.setattr(kineto_read.mmap, "mmap", refuse)
-    assert_same(mapped, load_with_batch(path, 500, monkeypatch))
+    def grow() -> None:
+        with path.open("ab") as fh:
+            fh.write(b" " * 10)
+
+    for change in (lambda: os.truncate(path, len(text) // 2), grow):
+        path.write_bytes(text)
+        calls: list[int] = []
+
+        def progress(done: int, total: int, change: object = change, calls: list[int] = calls) -> None:
+            if not calls:
+                change()  # type: ignore[operator]
+            calls.append(done)
+
+        with pytest.raises(FileChangedError, match="file changed while reading"):
+            kineto_read.read_bytes(path, progress=progress)

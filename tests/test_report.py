@@ -14,7 +14,7 @@ import pytest
 from _report_data import HOSTILE, STEP_NS, make_summary, make_traces
 
 from traceanalyzer.render import timeline
-from traceanalyzer.render.html import json_for_script, render_html, write_atomic
+from traceanalyzer.render.html import json_for_script, render_html
 from traceanalyzer.report import default_output
 
 SECTIONS = ["inputs", "headline", "breakdown", "timeline", "exposed", "gaps", "crossrank", "kernels", "metrics",
@@ -107,17 +107,6 @@ def test_power_and_metrics_and_notes(page: str) -> None:
     assert "mean: comm_exposed" in page and "<td class=\"num\">3.5</td>" in page
     assert "synthetic data" in page
     assert "profiler_step" in page
-
-
-def test_write_atomic_replaces_and_cleans_up(tmp_path: Path) -> None:
-    out = tmp_path / "sub" / "r.html"
-    write_atomic("first", out)
-    write_atomic("second", out)
-    assert out.read_text() == "second"
-    with pytest.raises(UnicodeEncodeError):
-        write_atomic("bad \ud800 surrogate", out)
-    assert out.read_text() == "second"
-    assert sorted(p.name for p in out.parent.iterdir()) == ["r.html"]
 
 
 @pytest.mark.parametrize(("given", "expected"), [

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from _report_data import HOSTILE, make_summary, make_traces
 
-from traceanalyzer.render.html import render_html, write_atomic
+from traceanalyzer.output import write_output
+from traceanalyzer.render.html import render_html
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _INSTRUMENT = """
@@ -202,7 +203,8 @@ def test_hostile_trace_executes_nothing(browser: DevTools, tmp_path: Path) -> No
 
 def test_hostile_results_execute_nothing(browser: DevTools, tmp_path: Path) -> None:
     traces = make_traces(hostile=True)
-    page = write_atomic(render_html(make_summary(traces, hostile=True), traces), tmp_path / "results.html")
+    page = tmp_path / "results.html"
+    write_output(render_html(make_summary(traces, hostile=True), traces), page)
     probe = open_report(browser, page)
     _assert_clean(probe)
     assert probe["images"] == 0

@@ -46,9 +46,12 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
     ``jobs > 1`` loads files in that many worker processes; ``window`` as :func:`load`.
     """
     win = parse_window(window)
-    files = expand_paths(list(paths))
-    return assign_ranks_across_files(load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress,
-                                                window=win))
+    skipped: list[str] = []
+    files = expand_paths(list(paths), skipped)
+    traces = load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress, window=win)
+    if skipped and traces:  # said once, with the first trace's warnings (summary JSON, terminal, report)
+        traces[0] = replace(traces[0], warnings=[*traces[0].warnings, *skipped])
+    return assign_ranks_across_files(traces)
 
 
 def load_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,12 @@ import click
 from ._version import __version__
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .buckets import BUCKETS
-from .errors import ExitCode, TraceAnalyzerError
+from .errors import ExitCode, TraceAnalyzerError, printable
 
-_TRACES = click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-_RULES = click.option("--rules", type=click.Path(path_type=Path), default=None,
+# readable=False: an unreadable file is reported by the loader in one line naming it, not as a usage error
+_PATH = click.Path(path_type=Path, readable=False)
+_TRACES = click.argument("traces", nargs=-1, required=True, type=_PATH)
+_RULES = click.option("--rules", type=_PATH, default=None,
                       help="TOML file of extra classification rules (checked before the defaults).")
 _JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
                      help="Load rank files in this many worker processes.")
@@ -27,15 +30,24 @@ _STEP_RANGE = click.option("--step-range", default=None,
 _LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN,
                               show_default="whole layer names: layer_3, layers.3, model.layers.3",
                               help="Regex of NVTX range names that mark layers.")
-_GPU_LOG = click.option("--gpu-log", type=click.Path(path_type=Path), default=None,
+_GPU_LOG = click.option("--gpu-log", type=_PATH, default=None,
                         help="nvidia-smi CSV log (power, clocks) to align with the trace.")
 _WINDOW = click.option("--window", default=None, metavar="START:END",
                        help="Analyse only the activity starting in [START, END) seconds from the capture start "
                             "(nsys: its own clock; Kineto: the first event). nsys exports are filtered in SQLite.")
 
 
-def _emit_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False))
+def _emit_json(payload: Any, output: Path | None = None, inputs: tuple[Path | None, ...] = ()) -> None:
+    """The JSON on stdout, or written to ``output`` (``-`` = stdout) by the one output writer."""
+    text = json.dumps(payload, indent=2, sort_keys=False, allow_nan=False)
+    if output is None:
+        click.echo(text)
+        return
+    from .output import write_output
+
+    written = write_output(text + "\n", output, inputs=[p for p in inputs if p is not None])
+    if written != "<stdout>":
+        click.echo(f"JSON written: {printable(written)}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,7 +73,7 @@ def cli(ctx: click.Context, traceback: bool) -> None:
 
 
 @cli.command(short_help="What a trace file holds: format, versions, devices, counts.")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print the info JSON contract.")
 def info(trace: Path, as_json: bool) -> None:
     """What TRACE holds: format, tool and schema version, devices and ranks, raw activity counts.
@@ -85,7 +97,7 @@ def info(trace: Path, as_json: bool) -> None:
              help=f"Put kernel names into buckets ({', '.join(BUCKETS)}).\n\n"
                   "NAMES_FILE holds one kernel name per line (UTF-8); '-' reads stdin. Prints bucket, sub-bucket, "
                   "precision,\nconfidence and the matching rule per name, in input order.")
-@click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True))
+@click.argument("names_file", type=click.Path(path_type=Path, allow_dash=True, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the classification JSON contract.")
 @_RULES
 def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
@@ -107,14 +119,16 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @click.option("--hta-compat", is_flag=True,
               help="HolisticTraceAnalysis 0.5.0 conventions (Kineto traces; µs, last step dropped; its own comm "
                    "regex, so no --rules/--step-range/--layer-pattern/--gpu-log).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None, metavar="FILE",
+              help="With --json: write the JSON to FILE (atomically; '-' = stdout) instead of stdout.")
 @_RULES
 @_JOBS
 @_STEP_RANGE
 @_LAYER_PATTERN
 @_GPU_LOG
 @_WINDOW
-def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Path | None, jobs: int,
-            step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
+def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
+            jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -122,6 +136,13 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
     """
     from .progress import progress_bar
 
+    if output is not None:
+        if not as_json:
+            raise click.UsageError("-o/--output writes the JSON: add --json")
+        from .output import check_output
+
+        check_output(output, [*traces, *(p for p in (rules, gpu_log) if p is not None)])
+    inputs = (*traces, rules, gpu_log)
     if hta_compat:
         from .pipeline import hta_compat as hta_fn
 
@@ -134,7 +155,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
         with progress_bar("loading") as progress:
             hta_result = hta_fn(list(traces), progress=progress, jobs=jobs)
         if as_json:
-            _emit_json(hta_result.to_json())
+            _emit_json(hta_result.to_json(), output, inputs)
         else:
             from .render.terminal import print_hta_compat
 
@@ -146,7 +167,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
                                  layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
     if as_json:
-        _emit_json(result.to_json())
+        _emit_json(result.to_json(), output, inputs)
         return
     from .render.terminal import print_summary
 
@@ -155,8 +176,9 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, rules: Pa
 
 @cli.command(short_help="Terminal summary plus a self-contained HTML report.")
 @_TRACES
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="HTML file to write (default: reports/<first trace name>.html).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None,
+              help="HTML file to write (default: reports/<first trace name>.html); '-' writes the HTML to stdout "
+                   "and the terminal summary to stderr.")
 @_RULES
 @_JOBS
 @_STEP_RANGE
@@ -170,8 +192,9 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     per-collective tables, findings).
 
     The page works offline (plotly inlined) unless --cdn; it is written atomically, so a failed run leaves no
-    half-written file.
+    half-written file, and never over an input trace.
     """
+    from .output import is_stdout
     from .progress import progress_bar
     from .report import report as report_fn
 
@@ -179,10 +202,12 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
         written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
                                     layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress,
                                     window=window)
-    from .render.terminal import print_summary
+    from .render.terminal import make_console, print_summary
 
-    print_summary(result)
-    click.echo(f"report written: {written}", err=True)
+    to_stdout = is_stdout(written)
+    print_summary(result, make_console(sys.stderr) if to_stdout else None)
+    if not to_stdout:
+        click.echo(f"report written: {printable(written)}", err=True)
 
 
 @cli.command(short_help="The analysis as a SQLite database (kernels, steps, layers, collectives, findings).")
@@ -218,17 +243,23 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     show_tb = "--traceback" in args
     try:
-        cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
-    except click.exceptions.Abort:
+        with warnings.catch_warnings():
+            if not show_tb:  # library warnings (pandas, numpy) are not for the user; trace warnings are printed
+                warnings.simplefilter("ignore")
+            cli.main(args=args, prog_name="traceanalyzer", standalone_mode=False)
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            click.echo("Interrupted.", err=True)
+            return 130
         click.echo("Aborted.", err=True)
         return ExitCode.BAD_INPUT
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"Error: {printable(exc.format_message())}", err=True)
         return ExitCode.BAD_INPUT
     except TraceAnalyzerError as exc:
         if show_tb:
             raise
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {printable(exc)}", err=True)
         return int(exc.exit_code)
     except BrokenPipeError:
         return ExitCode.OK
@@ -238,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the one place an unexpected failure becomes a message
         if show_tb:
             raise
-        click.echo(f"Error: internal error: {type(exc).__name__}: {exc} — rerun with --traceback and report it",
-                   err=True)
+        click.echo(f"Error: internal error: {type(exc).__name__}: {printable(exc)} — rerun with --traceback and "
+                   "report it", err=True)
         return ExitCode.INTERNAL_ERROR
     return ExitCode.OK
 

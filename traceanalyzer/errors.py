@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 from pathlib import Path
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """``text`` safe for one terminal line: control characters (newlines, ANSI escapes, C1 codes) shown as
+    ``\\n``, ``\\x1b``… instead of acting on the terminal."""
+    def escape(m: re.Match[str]) -> str:
+        return repr(m.group())[1:-1]
+
+    return _CONTROL.sub(escape, str(text))
 
 
 class ExitCode(IntEnum):
@@ -44,9 +56,21 @@ class CorruptFileError(BadInputError):
     """The file has the right format but is truncated, corrupt, oversized or malformed."""
 
 
+class FileChangedError(BadInputError):
+    """The file changed (was truncated, rewritten or grew) while it was being read."""
+
+
 class EmptyTraceError(BadInputError):
     """The file is a trace but holds nothing to analyse (for example no kernel activity)."""
 
 
 class RulesError(BadInputError):
     """A user rules file cannot be read or has an invalid rule."""
+
+
+class OutputError(BadInputError):
+    """An output file cannot be written (no space, permission, a special file, an input trace)."""
+
+    def __init__(self, path: str | Path, reason: str, hint: str | None = None) -> None:
+        super().__init__(None, f"cannot write {path}: {reason}", hint)
+        self.path = str(path)

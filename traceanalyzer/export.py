@@ -12,7 +12,6 @@ Tables and columns are in docs/EXPORT.md.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -83,22 +82,14 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
 
 
 def check_output(target: Path, inputs: Iterable[PathLike], *, append: bool) -> None:
-    """Refuse an output that is a directory, lies in a missing directory, is one of the input traces, or (with
-    ``append``) is a file that is not a traceanalyzer database."""
+    """Refuse, before any work, an output that ``output.write_built`` would refuse (stdout, a directory, a special
+    file, one of the input traces) or (with ``append``) a file that is not a traceanalyzer database."""
+    from .output import check_output as check_target
+
     if str(target) == "-":
         raise BadInputError(None, "-o -: a SQLite database cannot be written to stdout",
                             "give it a file name, e.g. -o analysis.db")
-    if target.is_dir():
-        raise BadInputError(target, "is a directory", "give the database a file name, e.g. -o analysis.db")
-    if not target.parent.is_dir():
-        raise BadInputError(target, f"directory {target.parent} does not exist")
-    from .loaders import expand_paths
-
-    existing: list[PathLike] = [Path(p) for p in inputs if Path(p).exists()]
-    files = expand_paths(existing) if existing else []
-    if target.exists() and any(target.resolve() == Path(f).resolve() for f in [*files, *existing]):
-        raise BadInputError(target, "is one of the input traces; refusing to overwrite it",
-                            "choose another output file")
+    check_target(target, [Path(p) for p in inputs])
     if append and target.exists():
         _check_appendable(target)
 
@@ -119,7 +110,7 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
     """Write ``summary`` (its devices must carry their ``activity``, as ``summarize`` leaves them) to ``output``.
 
     The database is built in a temporary file beside ``output`` (a copy of it with ``append``) and renamed over
-    it, so ``output`` is either the old database or the complete new one.
+    it by ``output.write_built``, so ``output`` is either the old database or the complete new one.
     """
     import shutil
 
@@ -130,25 +121,25 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
     if missing:
         raise ValueError(f"the Summary's devices carry no activity ({', '.join(missing)}): export a Summary made "
                          "by ta.summary, or pass the traces")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)
-        if append and target.exists():
-            shutil.copyfile(target, tmp)
-        db = sqlite_utils.Database(tmp)
+    from .output import write_built
+
+    written: list[ExportResult] = []
+
+    def build(tmp: Path) -> None:
         try:
-            result = _write(db, summary, target)
-            db.conn.commit()
-        finally:
-            db.close()
-        os.replace(tmp, target)
-    except (OSError, sqlite3.Error) as exc:
-        tmp.unlink(missing_ok=True)
-        raise BadInputError(target, f"cannot write the database ({exc})") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return result
+            if append and target.exists():
+                shutil.copyfile(target, tmp)
+            db = sqlite_utils.Database(tmp)
+            try:
+                written.append(_write(db, summary, target))
+                db.conn.commit()
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise BadInputError(target, f"cannot write the database ({exc})") from None
+
+    write_built(target, build, inputs=[t.path for t in summary.traces])
+    return written[0]
 
 
 # -- the tables ------------------------------------------------------------------------------------------------

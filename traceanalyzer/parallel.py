@@ -2,13 +2,16 @@
 
 Each worker loads (and classifies) one file and sends the Trace back pickled. Errors travel back as plain data
 and are re-raised in the parent as the same error class, naming the file, so the CLI prints its usual one line.
+On any error, Ctrl-C included, the workers are terminated before the error reaches the caller.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +29,60 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order. ``tables`` limits
     the optional tables read and ``window`` the activity kept (as ``loaders.load_one``).
 
-    A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file; the
-    files not yet started are cancelled.
+    A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file, as
+    soon as it is found. On any error, Ctrl-C included, the files not yet started are cancelled and the workers
+    terminated before this returns (none is left holding the terminal or a pipe).
     """
     paths = [Path(f) for f in files]
     workers = max(1, min(jobs, len(paths), os.cpu_count() or 1))
     if not paths:
         return []
     out: list[Trace | None] = [None] * len(paths)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    try:
         futures: dict[Future[Any], int] = {
             pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, tables, window): i
             for i, p in enumerate(paths)
         }
         pending = set(futures)
         while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)  # a bad file stops the rest at once
             for fut in done:
                 i = futures[fut]
-                out[i] = _unwrap(fut.result(), paths[i], pool)
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    raise RuntimeError(f"{paths[i]}: a worker process died while loading it (out of memory, or "
+                                       "killed); rerun with -j 1 to see the error") from None
+                out[i] = _unwrap(result, paths[i])
             if progress is not None:
                 progress(len(paths) - len(pending), len(paths))
+    except BaseException:  # bad input, Ctrl-C, a dead worker: no worker may outlive this call
+        stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
     return [t for t in out if t is not None]
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started, terminate the workers and wait for them (none survives the caller)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+    pool.shutdown(wait=True)
+
+
+def _ignore_interrupts() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; only the parent handles it (and stops the
+    workers), so workers print no tracebacks of their own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
@@ -74,12 +109,11 @@ def _load_in_worker(path: str, rules: str | None, classify: bool,
         return "internal", (type(exc).__name__, str(exc))
 
 
-def _unwrap(result: tuple[str, Any], path: Path, pool: ProcessPoolExecutor) -> Trace:
+def _unwrap(result: tuple[str, Any], path: Path) -> Trace:
     kind, payload = result
     if kind == "ok":
         trace: Trace = payload
         return trace
-    pool.shutdown(wait=False, cancel_futures=True)
     if kind == "bad_input":
         name, where, problem, hint = payload
         cls = getattr(errors, name, errors.BadInputError)

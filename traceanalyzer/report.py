@@ -9,7 +9,7 @@ from typing import Any
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .analysis.results import Summary
-from .errors import BadInputError, EmptyTraceError
+from .errors import EmptyTraceError
 
 PathLike = str | Path
 DEFAULT_DIR = Path("reports")
@@ -29,22 +29,24 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
            window: str | None = None) -> tuple[Path, Summary]:
     """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
 
-    Returns the path written (default :func:`default_output`) and the :class:`Summary`. The file is written
-    through a temporary file and renamed, so a failed run never leaves half a report. ``cdn`` references plotly
+    Returns the path written (default :func:`default_output`; ``-`` = stdout) and the :class:`Summary`. The
+    target is checked before loading and written by :func:`output.write_output`
+    (atomic replace, never an input trace, ``cannot write FILE: <reason>`` as exit 2). ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
     from .analysis.summary import SummaryOptions
+    from .output import check_output, write_output
     from .pipeline import load_for_summary, summarize
-    from .render.html import render_html, write_atomic
+    from .render.html import render_html
 
     if not paths:
         raise EmptyTraceError(None, "no trace files given")
     target = Path(output) if output is not None else default_output(paths)
-    if target.is_dir():
-        raise BadInputError(target, "is a directory", "give the report a file name, e.g. -o reports/run.html")
+    inputs = [*paths, *(p for p in (rules, gpu_log) if p is not None)]
+    check_output(target, inputs)
     traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
                               window=window)
     summary = summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
                                                gpu_log=gpu_log, jobs=jobs))
-    written = write_atomic(render_html(summary, traces, cdn=cdn), target)
-    return written, summary
+    write_output(render_html(summary, traces, cdn=cdn), target, inputs=inputs)
+    return target, summary

@@ -5,7 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..trace import Trace
-from .detect import GZIP_MAGIC, KINETO, NSYS, SQLITE_MAGIC, ProgressFn, detect_format, expand_paths, file_size
+from .detect import (
+    GZIP_MAGIC,
+    KINETO,
+    NSYS,
+    SQLITE_MAGIC,
+    ProgressFn,
+    detect_format,
+    expand_paths,
+    file_size,
+    open_regular,
+    require_regular_file,
+)
 from .limits import Window, check_memory, json_size, kineto_estimate, window_trace
 
 
@@ -15,18 +26,21 @@ def load_one(path: str | Path, *, progress: ProgressFn | None = None,
 
     ``tables`` limits which optional tables are read (kernels are always read); ``window`` keeps the activity
     starting inside it (:mod:`.limits`). Either format first checks the memory the load needs.
+    Rows that cannot be true are then dropped and reported in the trace's warnings (:mod:`.sanity`).
     """
+    from .sanity import drop_impossible
+
     fmt = detect_format(path)
     if fmt == NSYS:
         from . import nsys
 
-        return nsys.load(Path(path), progress=progress, tables=tables, window=window)
+        return drop_impossible(nsys.load(Path(path), progress=progress, tables=tables, window=window))
     from . import kineto
 
     check_memory(path, kineto_estimate(json_size(Path(path))), None)
     trace = kineto.load(Path(path), progress=progress, tables=tables)
-    return trace if window is None else window_trace(trace, window)
+    return drop_impossible(trace if window is None else window_trace(trace, window))
 
 
 __all__ = ["GZIP_MAGIC", "KINETO", "NSYS", "SQLITE_MAGIC", "ProgressFn", "detect_format", "expand_paths",
-           "file_size", "load_one"]
+           "file_size", "load_one", "open_regular", "require_regular_file"]

@@ -93,6 +93,7 @@ def share(count: int, work: Callable[[int], T], *, done: Callable[[int], None] |
         read_fd, write_fd = os.pipe()
     except (OSError, ImportError, ValueError):
         return _serial(count, work, done)
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:
@@ -102,6 +103,7 @@ def share(count: int, work: Callable[[int], T], *, done: Callable[[int], None] |
     if pid == 0:  # the helper: take items until none is left, send them, leave without the parent's exit handlers
         status = 1
         try:
+            _die_with(parent)
             os.close(read_fd)
             theirs: dict[int, T] = {}
             try:
@@ -143,6 +145,20 @@ def share(count: int, work: Callable[[int], T], *, done: Callable[[int], None] |
     if failure:
         raise failure[1]
     return [results[item] for item in range(count)]
+
+
+def _die_with(parent: int) -> None:
+    """In the helper: be killed when ``parent`` dies (Linux ``PR_SET_PDEATHSIG``), so a loader process that is
+    terminated (``--jobs`` workers on an error or Ctrl-C) never leaves its helper behind holding the terminal."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own error paths still kill the helper
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _serial(count: int, work: Callable[[int], T], done: Callable[[int], None] | None) -> list[T]:

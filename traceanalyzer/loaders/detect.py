@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import BadInputError, UnknownFormatError
 
@@ -28,15 +30,53 @@ def _first_json_byte(head: bytes) -> bytes:
     return stripped[:1]
 
 
+def special_kind(mode: int) -> str | None:
+    """What a non-regular, non-directory file is (``None`` for regular files and directories)."""
+    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+
+
+def _stat(p: Path, missing: str) -> os.stat_result:
+    try:
+        return os.stat(p)
+    except FileNotFoundError:
+        raise BadInputError(p, missing) from None
+    except OSError as exc:
+        raise BadInputError(p, f"cannot read: {exc.strerror or exc}") from None
+
+
+def require_regular_file(p: Path, st: os.stat_result | None = None) -> None:
+    """BadInputError unless ``p`` is a regular file: checked before opening, so a FIFO or device never hangs."""
+    st = st or _stat(p, "no such file")
+    if stat.S_ISDIR(st.st_mode):
+        raise BadInputError(p, "is a directory, expected a trace file")
+    if (kind := special_kind(st.st_mode)) is not None:
+        raise BadInputError(p, f"is {kind}, not a regular file", "traces are read from regular files")
+
+
+def open_regular(p: Path) -> BinaryIO:
+    """``open(p, "rb")`` that cannot hang: opened non-blocking and checked with ``fstat`` to be a regular file
+    (a file swapped for a FIFO after :func:`require_regular_file` is refused too). Raises OSError or
+    BadInputError."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        require_regular_file(p, os.fstat(fd))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def detect_format(path: str | Path) -> str:
     """``"nsys-sqlite"`` or ``"kineto-json"`` from the file's first bytes; raises BadInputError otherwise."""
     p = Path(path)
-    if not p.exists():
-        raise BadInputError(p, "no such file")
-    if p.is_dir():
-        raise BadInputError(p, "is a directory, expected a trace file")
+    require_regular_file(p)
     try:
-        with open(p, "rb") as fh:
+        with open_regular(p) as fh:
             head = fh.read(64)
     except OSError as exc:
         raise BadInputError(p, f"cannot read: {exc.strerror or exc}") from None
@@ -63,24 +103,34 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def expand_paths(paths: list[str | Path]) -> list[Path]:
+def expand_paths(paths: list[str | Path], skipped: list[str] | None = None) -> list[Path]:
     """Files named directly, plus the trace files inside named directories (sorted, one level deep).
 
     A directory must hold traces of a single format; hidden files and ``*.truth.json`` sidecars are skipped. A file
     reached twice (named twice, or named and inside a named directory) is bad input: it would count as two ranks.
+    Anything named directly that is not a regular file or directory (a FIFO, a device) is bad input; inside a
+    directory such entries are skipped and, when their names look like traces, listed in ``skipped``.
     """
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
-            raise BadInputError(p, "no such file or directory")
-        if not p.is_dir():
+        st = _stat(p, "no such file or directory")
+        if not stat.S_ISDIR(st.st_mode):
+            require_regular_file(p, st)
             files.append(p)
             continue
-        inside = sorted(
-            q for q in p.iterdir()
-            if q.is_file() and not q.name.startswith(".") and _looks_like_trace_name(q.name)
-        )
+        inside = []
+        for q in sorted(p.iterdir()):
+            if q.name.startswith(".") or not _looks_like_trace_name(q.name):
+                continue
+            try:
+                kind = special_kind(os.stat(q).st_mode)
+            except OSError as exc:  # a dangling link, a file removed meanwhile
+                kind = f"unreadable ({exc.strerror or exc})"
+            if kind is None and q.is_file():
+                inside.append(q)
+            elif skipped is not None and kind is not None:
+                skipped.append(f"skipped {q}: {kind}, not a regular file")
         if not inside:
             raise BadInputError(p, "directory holds no trace files (*.sqlite, *.json, *.json.gz)")
         formats = {detect_format(q) for q in inside}

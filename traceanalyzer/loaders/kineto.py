@@ -25,7 +25,7 @@ from ..trace import DeviceInfo, StringPool, Trace
 from .beside import share
 from .detect import KINETO, ProgressFn, file_size
 from .kineto_read import Args, Batch, Document, Event, SplitFailed, decode_whole, read_bytes, split_events
-from .kineto_tables import as_int, build_tables, dims_product
+from .kineto_tables import INT64_MAX, OutOfRange, as_int, build_tables, dims_product
 from .kineto_time import MissingTimes, decimal_us_to_ns, us_to_ns
 
 # Complete-event categories turned into table rows (everything else is only counted).
@@ -64,8 +64,18 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     """Load one Kineto trace (``.json`` or ``.json.gz``, detected by content) into a normalized Trace.
 
     ``tables`` limits the optional tables built (kernels always are). Raises ``BadInputError`` subclasses with
-    one line naming the file for empty, truncated, corrupt, oversized or non-trace input.
+    one line naming the file for empty, truncated, corrupt, oversized, too deeply nested or non-trace input.
     """
+    try:
+        return _load(path, progress, tables)
+    except RecursionError:
+        raise CorruptFileError(path, "not a valid Kineto trace: JSON nested too deeply to decode",
+                               "a profiler never writes such nesting; the file is damaged or hostile") from None
+    except OutOfRange as exc:
+        raise CorruptFileError(path, f"not a valid Kineto trace: {exc}") from None
+
+
+def _load(path: Path, progress: ProgressFn | None, tables: frozenset[str] | None) -> Trace:
     size = max(file_size(path), 1)  # progress units: reading is the first half, decoding + tables the second
     data = read_bytes(path, progress=(lambda done, total: progress(done, 2 * size)) if progress else None)
     doc, batches = split_events(data, path)
@@ -78,9 +88,6 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     del data, batches
     complete = events.complete(pool)
     rank, warnings = _rank(doc, events.metadata, path)
-    if events.negative_durations:
-        warnings.append(f"{path.name}: {events.negative_durations} events with a negative duration "
-                        "were kept with zero length")
     built = build_tables(complete, pool, rank, tables)
     kernel_devices = sorted({int(d) for d in np.unique(built["kernels"]["device"])})
     trace = Trace(
@@ -142,7 +149,6 @@ class _Events:
         self.n_events = self.n_rows = 0
         self.missing = {"ts": _Missing(), "dur": _Missing()}
         self.time_path = "float64-exact"
-        self.negative_durations = 0  # complete events with dur < 0 (clamped to zero length, warned about)
 
     @classmethod
     def collect(cls, batches: list[Batch], path: Path, size: int, progress: ProgressFn | None) -> _Events:
@@ -183,7 +189,6 @@ class _Events:
             own.count += miss.count
         if later.time_path != "float64-exact":
             self.time_path = later.time_path
-        self.negative_durations += later.negative_durations
         self.n_events += later.n_events
         self.n_rows += later.n_rows
 
@@ -202,11 +207,7 @@ class _Events:
         index, sub = (used, candidates) if is_complete.all() else \
             (used[is_complete], list(compress(candidates, is_complete.tolist())))
         del events, candidates
-        start_ns, dur_ns = self._times(sub, index, batch, path)
-        negative = dur_ns < 0
-        if negative.any():
-            self.negative_durations += int(negative.sum())
-            dur_ns = np.where(negative, 0, dur_ns)
+        start_ns, dur_ns = self._times(sub, index, batch, path)  # dur < 0: dropped and reported by ``sanity``
         cat_of = np.full(len(self.cats.ids) + 1, -1, dtype=np.int8)
         for j, c in enumerate(USED_CATEGORIES):
             if c in self.cats.ids:
@@ -261,8 +262,8 @@ class _Events:
             "stream": _scatter(len(sub), gpu, _ids(gpu_args, "stream")),
             "correlation": _ids(args, "correlation"), "external_id": _ids(args, "external_id"),
             "bytes": _scatter(len(sub), gpu, _ids(gpu_args, "bytes")),
-            "grid": _scatter(len(sub), kernels, dims_product([a.grid for a in kernel_args])),
-            "block": _scatter(len(sub), kernels, dims_product([a.block for a in kernel_args])),
+            "grid": _scatter(len(sub), kernels, dims_product([a.grid for a in kernel_args], "args.grid")),
+            "block": _scatter(len(sub), kernels, dims_product([a.block for a in kernel_args], "args.block")),
         }
         for name, col in columns.items():
             self.parts.setdefault(name, []).append(col)
@@ -295,13 +296,24 @@ def _scatter(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
+_JSON_FIELD = {"external_id": "args.External id", "device": "args.device", "stream": "args.stream",
+               "correlation": "args.correlation", "bytes": "args.bytes"}
+
+
 def _ids(items: list[Any], field: str) -> np.ndarray:
-    """An integer field as int64 (fast path: all ints); text is parsed (``"0x0"``, ``"7"``), else ``-1``."""
+    """An integer field as int64 (fast path: all ints); text is parsed (``"0x0"``, ``"7"``), else ``-1``;
+    :class:`OutOfRange` for a value beyond int64."""
     get = attrgetter(field)
     try:
         return np.fromiter(map(get, items), dtype=np.int64, count=len(items))
-    except (TypeError, ValueError):
-        return np.fromiter((as_int(get(x)) for x in items), dtype=np.int64, count=len(items))
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter((_in_range(as_int(get(x)), field) for x in items), dtype=np.int64, count=len(items))
+
+
+def _in_range(value: int, field: str) -> int:
+    if -INT64_MAX <= value <= INT64_MAX:
+        return value
+    raise OutOfRange(_JSON_FIELD.get(field, field), value)
 
 
 # -- metadata -------------------------------------------------------------------------------------------------
@@ -309,8 +321,17 @@ def _ids(items: list[Any], field: str) -> np.ndarray:
 
 def _rank(doc: Document, metadata: list[tuple[str, Any]], path: Path) -> tuple[int, list[str]]:
     """Rank from distributedInfo, else process metadata (``rank N``), else the file name; ``-1`` + a warning."""
+    labelled = sorted({int(m.group(1)) for _, text in metadata
+                       if isinstance(text, str) and (m := _RANK_IN_TEXT.search(text))})
     if doc.distributedInfo is not None and (rank := _int_or_none(doc.distributedInfo.rank)) is not None:
-        return rank, []
+        if not -1 <= rank < 1 << 31:
+            raise OutOfRange("distributedInfo.rank", rank)
+        others = [r for r in labelled if r != rank]
+        return rank, [f"{path.name}: process labelled rank {', '.join(map(str, others))} in its metadata but "
+                      f"distributedInfo.rank is {rank}: using {rank}"] if others else []
+    if len(labelled) > 1:
+        return labelled[0], [f"{path.name}: process metadata names ranks {', '.join(map(str, labelled))}: using "
+                             f"{labelled[0]}"]
     for _, text in metadata:
         if isinstance(text, str) and (m := _RANK_IN_TEXT.search(text)):
             return int(m.group(1)), []

@@ -8,7 +8,6 @@ test trace decodes in ~1.7 s of CPU here, where ``json.loads`` needs ~11 s). Eve
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import zlib
@@ -20,8 +19,8 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from .detect import GZIP_MAGIC, ProgressFn
+from ..errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
+from .detect import GZIP_MAGIC, ProgressFn, open_regular
 
 READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each
 MAX_JSON_BYTES_ENV = "TRACEANALYZER_MAX_JSON_BYTES"
@@ -171,20 +170,21 @@ _EVENT_BOUNDARY = re.compile(rb"\}[ \t\n\r]*(,)[ \t\n\r]*\{")  # between two eve
 
 
 def read_bytes(path: Path, *, progress: ProgressFn | None = None,
-               limits: GzipLimits | None = None) -> bytearray | mmap.mmap:
+               limits: GzipLimits | None = None) -> bytearray:
     """The JSON text of ``path`` (gunzipped when it starts with the gzip magic), reporting progress in bytes.
 
-    A plain file is mapped copy-on-write rather than read: no copy of the text, and the few bytes the batch
-    decoder patches in place (see :class:`Batch`) never reach the file.
+    A plain file is read whole into one buffer (not memory-mapped: a mapped file truncated by another process
+    kills the reader with SIGBUS). The few bytes the batch decoder patches in place (see :class:`Batch`) never
+    reach the file. A file whose size changes while it is read is :class:`FileChangedError` (exit 2).
     """
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             total = os.fstat(fh.fileno()).st_size
             head = fh.read(2)
             fh.seek(0)
             if head == GZIP_MAGIC:
                 return _gunzip(fh, path, total, progress, (limits or GzipLimits()).limit_for(total))
-            data = _map(fh) if total else bytearray()
+            data = _read_exactly(fh, path, total, progress)
             if progress:
                 progress(total, total)
             return data
@@ -192,12 +192,24 @@ def read_bytes(path: Path, *, progress: ProgressFn | None = None,
         raise BadInputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _map(fh: Any) -> mmap.mmap | bytearray:
-    """A private (copy-on-write) mapping of the file; its bytes read into memory where it cannot be mapped."""
-    try:
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-    except (OSError, ValueError):
-        return bytearray(fh.read())
+def _read_exactly(fh: Any, path: Path, total: int, progress: ProgressFn | None) -> bytearray:
+    """``total`` bytes of ``fh`` into one buffer, in :data:`READ_CHUNK` pieces; the file must still have exactly
+    that size afterwards (shorter, longer or resized meanwhile: :class:`FileChangedError`)."""
+    data = bytearray(total)
+    view = memoryview(data)
+    done = 0
+    while done < total:
+        got = fh.readinto(view[done:done + READ_CHUNK])
+        if not got:
+            break
+        done += got
+        if progress:
+            progress(done, total)
+    view.release()
+    if done != total or fh.read(1) or os.fstat(fh.fileno()).st_size != total:
+        raise FileChangedError(path, "file changed while reading (its size changed)",
+                               "wait until the profiler has finished writing it")
+    return data
 
 
 def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit: int) -> bytearray:
@@ -237,7 +249,7 @@ def _gunzip(fh: Any, path: Path, total: int, progress: ProgressFn | None, limit:
 # -- decoding --------------------------------------------------------------------------------------------------
 
 
-def decode(data: bytearray | mmap.mmap, path: Path) -> Document:
+def decode(data: bytearray, path: Path) -> Document:
     """Typed decode of the whole trace; any JSON or type problem becomes a one-line ``BadInputError``."""
     body = _strip_bom(data)
     if _NON_SPACE.search(body) is None:
@@ -267,7 +279,7 @@ class Batch:
     whose neighbouring bytes (the ``[`` or ``,`` before, the byte after the last ``}``) are briefly patched to
     ``[`` and ``]`` to decode it in place, without a copy."""
 
-    def __init__(self, text: bytes | bytearray | memoryview | mmap.mmap, *, document: bool,
+    def __init__(self, text: bytes | bytearray | memoryview, *, document: bool,
                  events: list[Event] | None = None, lean: LeanChoice | None = None) -> None:
         self.text, self.document, self._events = text, document, events
         self.lean = lean or LeanChoice()
@@ -303,7 +315,7 @@ class Batch:
             view[0], view[-1] = saved
 
 
-def split_events(data: bytearray | mmap.mmap, path: Path,
+def split_events(data: bytearray, path: Path,
                  batch_bytes: int | None = None) -> tuple[Document, list[Batch]]:
     """The top-level fields and ``traceEvents`` in batches of about ``batch_bytes`` of JSON, decoded lazily.
 
@@ -343,19 +355,19 @@ def _try_decode(decoder: msgspec.json.Decoder[Any], text: bytes | memoryview) ->
         return None
 
 
-def decode_whole(data: bytearray | mmap.mmap, path: Path) -> tuple[Document, list[Batch]]:
+def decode_whole(data: bytearray, path: Path) -> tuple[Document, list[Batch]]:
     """:func:`decode` as a head (``traceEvents`` empty) and one batch of every event."""
     doc = decode(data, path)
     events, doc.traceEvents = doc.traceEvents, []
     return doc, [Batch(data, document=True, events=events)]
 
 
-def decode_exact_times(data: bytearray | memoryview | bytes | mmap.mmap) -> list[ExactTimes]:
+def decode_exact_times(data: bytearray | memoryview | bytes) -> list[ExactTimes]:
     """``ts``/``dur`` of every event as exact Decimals (same order as ``decode``'s events)."""
     return _EXACT_DECODER.decode(_strip_bom(data)).traceEvents
 
 
-def _strip_bom(data: bytearray | memoryview | bytes | mmap.mmap) -> memoryview:
+def _strip_bom(data: bytearray | memoryview | bytes) -> memoryview:
     view = memoryview(data)
     return view[3:] if data[:3] == b"\xef\xbb\xbf" else view
 

@@ -163,20 +163,37 @@ def _map_names(ids: np.ndarray, pool: StringPool, fn: Callable[[str], str]) -> n
     return mapped[inverse]
 
 
-def dims_product(dims: list[Any]) -> np.ndarray:
-    """x*y*z of grid/block lists; ``-1`` where absent or not a list of integers."""
+class OutOfRange(Exception):
+    """An integer field of the trace holds a value beyond int64 (the loader reports it as bad input)."""
+
+    def __init__(self, field: str, value: object) -> None:
+        super().__init__(f"{field} = {str(value)[:40]} is out of range")
+        self.field = field
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+def dims_product(dims: list[Any], field: str = "args.grid") -> np.ndarray:
+    """x*y*z of grid/block lists; ``-1`` where absent or not a list of integers; :class:`OutOfRange` when a
+    product does not fit in int64."""
     try:
         arr = np.array(dims)
-    except ValueError:  # ragged
+    except (ValueError, OverflowError):  # ragged, or integers numpy cannot hold
         arr = np.zeros(0)
-    if arr.dtype.kind in "iub" and arr.shape == (len(dims), 3):  # JSON arrays of three integers
+    small = arr.dtype.kind in "ib" and arr.shape == (len(dims), 3) and (
+        not len(arr) or int(np.abs(arr).max()) < 1 << 21)  # JSON arrays of three integers whose product fits
+    if small:
         return arr.astype(np.int64).prod(axis=1)
-    return np.fromiter(map(_dims_one, dims), dtype=np.int64, count=len(dims))
+    return np.fromiter((_dims_one(d, field) for d in dims), dtype=np.int64, count=len(dims))
 
 
-def _dims_one(value: Any) -> int:
+def _dims_one(value: Any, field: str) -> int:
     if isinstance(value, list) and value and all(type(v) is int for v in value):
-        return math.prod(value)
+        product = math.prod(value)
+        if not -INT64_MAX <= product <= INT64_MAX:
+            raise OutOfRange(field, value)
+        return product
     return -1
 
 

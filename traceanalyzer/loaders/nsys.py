@@ -10,6 +10,7 @@ GPU, sorted by pid, are ranks 0..n-1 (with a warning).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
-from .detect import NSYS, ProgressFn
+from .detect import NSYS, ProgressFn, open_regular
 from .limits import Window, check_memory, nsys_estimate, window_views
 from .nsys_meta import (
     GpuCatalog,
@@ -31,7 +32,7 @@ from .nsys_meta import (
     mpi_ranks,
     session_start_utc_ns,
 )
-from .nsys_sql import RowProgress, Schema, connect, count_rows, distinct_pairs, probe
+from .nsys_sql import BadColumn, RowProgress, Schema, connect, count_rows, distinct_pairs, int_value, probe
 from .nsys_tables import (
     GPU_METRICS,
     GRAPH_TRACE,
@@ -66,17 +67,42 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     :class:`~traceanalyzer.errors.BadInputError` for files that are not nsys exports or are corrupt.
     """
     path = Path(path)
+    _check_size(path)
     try:
         conn = connect(path)
     except sqlite3.Error as exc:
         raise BadInputError(path, f"cannot open the SQLite database ({exc})") from None
     try:
         return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables), window)
+    except BadColumn as exc:
+        raise CorruptFileError(path, f"bad value in {exc.table}.{exc.column}: {exc.problem}",
+                               "the export is damaged or was edited; re-export it with nsys export --type sqlite") \
+            from None
     except sqlite3.DatabaseError as exc:
         raise CorruptFileError(path, f"cannot read the SQLite database, it is corrupt or truncated ({exc})",
                                "re-export it with nsys export --type sqlite") from None
     finally:
         conn.close()
+
+
+def _check_size(path: Path) -> None:
+    """A database shorter than its header says is truncated (SQLite itself may not notice when the missing pages
+    are not read)."""
+    try:
+        with open_regular(path) as fh:
+            header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise BadInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(header) < 100:
+        raise CorruptFileError(path, "truncated SQLite database: the file ends inside its header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    header_valid = header[92:96] == header[24:28]  # "version-valid-for" = change counter: the page count is current
+    if header_valid and pages and size < page_size * pages:
+        raise CorruptFileError(path, f"truncated SQLite database: {size:,} bytes where its header says "
+                               f"{page_size * pages:,}", "was the copy or the export interrupted?")
 
 
 def _require_nsys(path: Path, schema: Schema) -> None:
@@ -93,7 +119,8 @@ def raw_counts(conn: sqlite3.Connection, schema: Schema, types: dict[str, int]) 
     by_type: dict[int, tuple[int, int]] = {}  # eventType → (rows, rows without an end)
     if schema.has(NVTX, "eventType", "end"):
         sql = f'SELECT eventType, COUNT(*), COUNT(*) - COUNT("end") FROM {NVTX} GROUP BY 1'
-        by_type = {int(t): (int(n), int(open_)) for t, n, open_ in conn.execute(sql) if t is not None}
+        by_type = {int_value(t, NVTX, "eventType"): (int(n), int(open_)) for t, n, open_ in conn.execute(sql)
+                   if t is not None}
     ranges = [by_type.get(types[kind], (0, 0)) for kind in ("NvtxPushPopRange", "NvtxStartEndRange")]
     counts["nvtx_ranges"] = sum(n for n, _ in ranges)
     counts["nvtx_open_ranges"] = sum(open_ for _, open_ in ranges)
@@ -201,7 +228,8 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
     cols = _read_tables(ctx, want, types)
 
     pairs = _gpu_pairs(conn, schema, cols["kernels"])
-    ranks = assign_ranks(mpi_ranks(conn, schema), pairs[:, 0].tolist())
+    mpi, rank_conflicts = mpi_ranks(conn, schema)
+    ranks = assign_ranks(mpi, pairs[:, 0].tolist())
     catalog = GpuCatalog(conn, schema)
     meta_table, tool_version, schema_version = export_versions(conn, schema)
     kernel_cols = schema.cols(KERNEL)
@@ -218,5 +246,7 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         devices=device_infos(catalog, pairs, ranks), tool_version=tool_version, schema_version=schema_version,
         base_time_ns=session_start_utc_ns(conn, schema), world_size=ranks.world_size,
         raw_counts=counts, capabilities=caps,
-        warnings=_warnings(counts, caps, ranks, catalog.present),
+        warnings=_warnings(counts, caps, ranks, catalog.present) + [
+            f"MPI_RANKS labels process {pid} as ranks {', '.join(map(str, r))}: using rank {r[0]}"
+            for pid, r in sorted(rank_conflicts.items())],
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import DeviceInfo
-from .nsys_sql import Schema, quote
+from .nsys_sql import BadColumn, Schema, int_value, quote
 
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+ name first, then 2022.1–2023.2
 GRAPH_MODE_KEY = "CUDA_GRAPH_TRACE_OPTIONS:MODE"
@@ -48,16 +48,24 @@ def session_start_utc_ns(conn: sqlite3.Connection, schema: Schema) -> int | None
     if not schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         return None
     row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    return None if row is None or row[0] is None else int_value(row[0], "TARGET_INFO_SESSION_START_TIME", "utcEpochNs")
 
 
-def mpi_ranks(conn: sqlite3.Connection, schema: Schema) -> dict[int, int]:
-    """pid → rank from MPI_RANKS (the only rank mapping nsys records itself)."""
+def mpi_ranks(conn: sqlite3.Connection, schema: Schema) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """pid → rank from MPI_RANKS (the only rank mapping nsys records itself), and the processes labelled with
+    several ranks (pid → those ranks; the lowest is used)."""
     if not schema.has("MPI_RANKS", "globalTid", "rank"):
-        return {}
+        return {}, {}
     rows = conn.execute("SELECT DISTINCT (globalTid >> 24) & 16777215, rank FROM MPI_RANKS "
                         "WHERE rank IS NOT NULL").fetchall()
-    return {int(pid): int(rank) for pid, rank in rows}
+    labels: dict[int, set[int]] = {}
+    for pid, rank in rows:  # one row per distinct (process, rank)
+        value = int_value(rank, "MPI_RANKS", "rank")
+        if not 0 <= value < 1 << 31:
+            raise BadColumn("MPI_RANKS", "rank", f"{value} is not a rank")
+        labels.setdefault(int(pid), set()).add(value)
+    conflicts = {pid: sorted(ranks) for pid, ranks in labels.items() if len(ranks) > 1}
+    return {pid: min(ranks) for pid, ranks in labels.items()}, conflicts
 
 
 def distinct_pid_devices(conn: sqlite3.Connection, schema: Schema, tables: Iterable[str]) -> np.ndarray:
@@ -66,7 +74,8 @@ def distinct_pid_devices(conn: sqlite3.Connection, schema: Schema, tables: Itera
     for table in tables:
         if schema.has(table, "globalPid", "deviceId"):
             sql = f"SELECT DISTINCT (globalPid >> 24) & 16777215, deviceId FROM {quote(table)}"
-            pairs.update((int(p), int(d)) for p, d in conn.execute(sql) if p is not None and d is not None)
+            pairs.update((int(p), int_value(d, table, "deviceId")) for p, d in conn.execute(sql)
+                         if p is not None and d is not None)
     return np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
 
 

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,42 @@ def decode_text(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+class BadColumn(Exception):
+    """A value in the export that cannot be what its column means (NULL start, text or BLOB where an integer
+    belongs, a missing column). The loader turns it into one line naming the file, table and column."""
+
+    def __init__(self, table: str, column: str, problem: str) -> None:
+        super().__init__(f"{table}.{column}: {problem}")
+        self.table, self.column, self.problem = table, column, problem
+
+
+def describe_value(value: object) -> str:
+    """A stored value as a user would name it: ``NULL``, ``a BLOB``, ``the text 'abc'``, ``9.5``."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "a BLOB"
+    if isinstance(value, str):
+        return "the text " + repr(value[:40] + ("…" if len(value) > 40 else ""))
+    return repr(value)
+
+
+def int_value(value: object, table: str, column: str) -> int:
+    """``value`` as an int64, or :class:`BadColumn` naming ``table.column`` (NULL, text, BLOB, out of range)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63):
+        return value
+    raise BadColumn(table, column, f"{describe_value(value)} where an integer is expected")
+
+
+def require_columns(schema_cols: frozenset[str], table: str, *names: str) -> None:
+    """:class:`BadColumn` for the first of ``names`` that ``table`` lacks (checked before any SQL names it)."""
+    for name in names:
+        if name not in schema_cols:
+            raise BadColumn(table, name, "column missing")
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -90,14 +127,17 @@ ChunkConverter = Callable[[np.ndarray], dict[str, np.ndarray]]
 
 def fetch_columns(conn: sqlite3.Connection, sql: str, fields: Sequence[tuple[str, str]], expected: int,
                   tick: RowProgress, params: Sequence[object] = (), *,
-                  convert: tuple[Sequence[tuple[str, str]], ChunkConverter] | None = None) -> dict[str, np.ndarray]:
+                  convert: tuple[Sequence[tuple[str, str]], ChunkConverter] | None = None,
+                  table: str = "?", sources: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Run ``sql`` and return its result columns as numpy arrays named and typed by ``fields``.
 
     Rows arrive in chunks of :data:`FETCH_ROWS` through ``fetchmany``; each chunk is converted at C speed
     (``np.fromiter`` of a structured dtype) into preallocated columns of ``expected`` rows, so peak memory
     is the final arrays plus one chunk. Integer columns must not be NULL (wrap them in ``IFNULL`` in SQL).
     ``convert = (out_fields, fn)`` turns each structured chunk into the output columns instead (so a
-    derived column never exists at full length).
+    derived column never exists at full length). A value that does not convert (NULL, text or a BLOB where a
+    number belongs) raises :class:`BadColumn` naming ``table`` and the field's source column from ``sources``
+    (found by checking only the chunk that failed: the normal path pays nothing).
     """
     dtype = np.dtype(list(fields))
     all_int = all(np.dtype(t).kind == "i" for _, t in fields)
@@ -107,12 +147,15 @@ def fetch_columns(conn: sqlite3.Connection, sql: str, fields: Sequence[tuple[str
     n = 0
     while rows := cursor.fetchmany(FETCH_ROWS):
         k = len(rows)
-        if all_int and fn is None:  # a 2-D int64 array converts ~20% faster than a structured one
-            block = np.array(rows, dtype=np.int64).reshape(k, len(fields))
-            parts = {name: block[:, i] for i, (name, _) in enumerate(fields)}
-        else:
-            chunk = np.array(rows, dtype=dtype)
-            parts = fn(chunk) if fn is not None else {name: chunk[name] for name in cols}
+        try:
+            if all_int and fn is None:  # a 2-D int64 array converts ~20% faster than a structured one
+                block = np.array(rows, dtype=np.int64).reshape(k, len(fields))
+                parts = {name: block[:, i] for i, (name, _) in enumerate(fields)}
+            else:
+                chunk = np.array(rows, dtype=dtype)
+                parts = fn(chunk) if fn is not None else {name: chunk[name] for name in cols}
+        except (TypeError, ValueError, OverflowError):
+            raise _bad_chunk(rows, fields, table, sources, n) from None
         del rows
         if n + k > len(next(iter(cols.values()))):  # more rows than COUNT(*) said: only for a live file
             cols = {name: np.concatenate([arr[:n], np.empty(max(k, n), arr.dtype)]) for name, arr in cols.items()}
@@ -123,14 +166,41 @@ def fetch_columns(conn: sqlite3.Connection, sql: str, fields: Sequence[tuple[str
     return {name: arr[:n] if len(arr) != n else arr for name, arr in cols.items()}
 
 
+def _bad_chunk(rows: list[Any], fields: Sequence[tuple[str, str]], table: str, sources: Sequence[str],
+               offset: int) -> BadColumn:
+    """The first value of a chunk that cannot be stored in its field's dtype, as a :class:`BadColumn`."""
+    for i, (name, dtype) in enumerate(fields):
+        kind = np.dtype(dtype).kind
+        if kind not in "iuf":
+            continue
+        column = sources[i] if i < len(sources) else name
+        for j, row in enumerate(rows):
+            value = row[i]
+            try:
+                if kind == "f":
+                    if value is not None and not isinstance(value, int | float):
+                        raise BadColumn(table, column, f"{describe_value(value)} where a number is expected")
+                else:
+                    int_value(value, table, column)
+            except BadColumn as exc:
+                return BadColumn(table, column, f"{exc.problem} (in row {offset + j + 1:,} read)")
+    return BadColumn(table, "?", "a value that does not convert to a number")
+
+
 def string_values(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
-    """``StringIds.value`` for the given ids (missing ids are absent from the result)."""
+    """``StringIds.value`` for the given ids (missing ids are absent from the result); a value that is not text
+    (NULL, a BLOB) raises :class:`BadColumn`."""
     wanted = [int(i) for i in ids if i >= 0]
     found: dict[int, str] = {}
     for lo in range(0, len(wanted), _IN_BATCH):
         batch = wanted[lo:lo + _IN_BATCH]
         marks = ",".join("?" * len(batch))
         found.update(conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({marks})", batch).fetchall())
+    bad = [(sid, v) for sid, v in found.items() if not isinstance(v, str)]
+    if bad:
+        sid, value = bad[0]
+        raise BadColumn("StringIds", "value", f"{describe_value(value)} for id {sid} where a name is expected"
+                        + (f" ({len(bad):,} such ids)" if len(bad) > 1 else ""))
     return found
 
 

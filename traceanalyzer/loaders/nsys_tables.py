@@ -20,9 +20,11 @@ from .nsys_sql import (
     Schema,
     distinct_pairs,
     fetch_columns,
+    int_value,
     intern_string_ids,
     intern_texts,
     quote,
+    require_columns,
     sorted_by_start,
     string_values,
 )
@@ -97,6 +99,7 @@ def read_kernels(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(KERNEL)
     if not cols:
         return {}
+    require_columns(cols, KERNEL, "start", "end")
     graph = ("IFNULL(graphId, IFNULL(graphNodeId, -1))" if {"graphId", "graphNodeId"} <= cols
              else _int(cols, "graphId") if "graphId" in cols else _int(cols, "graphNodeId"))
     name = ("IFNULL(demangledName, IFNULL(shortName, -1))" if {"demangledName", "shortName"} <= cols
@@ -108,7 +111,9 @@ def read_kernels(ctx: ReadContext) -> _Columns:
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("name_sid", "i8"), ("short_sid", "i8"), ("graph_id", "i8"),
               ("grid", "i8"), ("block", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(KERNEL, 0), ctx.tick)
+    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(KERNEL, 0), ctx.tick, table=KERNEL,
+                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId",
+                                  "demangledName", "shortName", "graphId", "gridX", "blockX"])
     data["name_id"], data["short_name_id"] = ctx.ids([data.pop("name_sid"), data.pop("short_sid")])
     return sorted_by_start(data)
 
@@ -118,7 +123,7 @@ def memcpy_kind_names(conn: sqlite3.Connection, schema: Schema) -> dict[int, tup
     raw = dict(MEMCPY_KIND_FALLBACK)
     if schema.has("ENUM_CUDA_MEMCPY_OPER", "id", "name", "label"):
         rows = conn.execute("SELECT id, name, label FROM ENUM_CUDA_MEMCPY_OPER")
-        raw.update({int(i): (n, lbl) for i, n, lbl in rows})
+        raw.update({int_value(i, "ENUM_CUDA_MEMCPY_OPER", "id"): (n, lbl) for i, n, lbl in rows})
     out = {}
     for kind, (name, label) in raw.items():
         short = re.sub(r"^CUDA_MEMCPY_KIND_", "", str(name))
@@ -129,13 +134,16 @@ def memcpy_kind_names(conn: sqlite3.Connection, schema: Schema) -> dict[int, tup
 
 def _memcpy(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMCPY)
+    require_columns(cols, MEMCPY, "start", "end")
     sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
            f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "copyKind", "0")}, '
            f'{_int(cols, "bytes")}, {_int(cols, "srcDeviceId")}, {_int(cols, "dstDeviceId")} FROM {MEMCPY}')
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("copy_kind", "i8"), ("bytes", "i8"), ("src_device", "i4"),
               ("dst_device", "i4")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMCPY, 0), ctx.tick)
+    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMCPY, 0), ctx.tick, table=MEMCPY,
+                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "copyKind",
+                                  "bytes", "srcDeviceId", "dstDeviceId"])
     kinds = memcpy_kind_names(ctx.conn, ctx.schema)
     uniq, inverse = np.unique(data.pop("copy_kind"), return_inverse=True)
     short_ids, name_ids = [], []
@@ -151,11 +159,13 @@ def _memcpy(ctx: ReadContext) -> _Columns:
 
 def _memset(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMSET)
+    require_columns(cols, MEMSET, "start", "end")
     sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
            f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "bytes")} FROM {MEMSET}')
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("bytes", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMSET, 0), ctx.tick)
+    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMSET, 0), ctx.tick, table=MEMSET,
+                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "bytes"])
     n = len(data["start_ns"])
     data["kind_id"] = np.full(n, ctx.pool.intern("memset"), dtype=np.int32)
     data["name_id"] = np.full(n, ctx.pool.intern("[CUDA memset]"), dtype=np.int32)
@@ -179,7 +189,7 @@ def nvtx_event_types(conn: sqlite3.Connection, schema: Schema) -> dict[str, int]
     if schema.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
         marks = ",".join("?" * len(types))
         rows = conn.execute(f"SELECT name, id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN ({marks})", list(types))
-        types.update({str(n): int(i) for n, i in rows})
+        types.update({str(n): int_value(i, "ENUM_NSYS_EVENT_TYPE", "id") for n, i in rows})
     return types
 
 
@@ -234,6 +244,7 @@ def read_ranges(ctx: ReadContext, types: dict[str, int]) -> _Columns:
     cols = ctx.schema.cols(NVTX)
     if not cols:
         return {}
+    require_columns(cols, NVTX, "start", "end", "eventType")
     text, text_id = _text_sql(cols)
     domain = "IFNULL(domainId, 0)" if "domainId" in cols else "0"
     range_types = (types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxMark"])
@@ -241,7 +252,9 @@ def read_ranges(ctx: ReadContext, types: dict[str, int]) -> _Columns:
            f"{domain}, {text_id}, {text} FROM {NVTX} WHERE eventType IN (?, ?, ?)")
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("event_type", "i8"), ("pid", "i8"), ("tid", "i8"),
               ("domain", "i8"), ("text_sid", "i8"), ("text", "O")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get("nvtx_rows", 0), ctx.tick, params=range_types)
+    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get("nvtx_rows", 0), ctx.tick, params=range_types,
+                         table=NVTX, sources=["start", "end", "eventType", "globalTid", "globalTid", "domainId",
+                                              "textId", "text"])
     is_mark = data.pop("event_type") == types["NvtxMark"]
     data["end_ns"] = np.where(is_mark, data["start_ns"], data["end_ns"])
     inline = intern_texts(ctx.pool, data.pop("text"))
@@ -277,11 +290,13 @@ def read_api_calls(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(RUNTIME)
     if not cols:
         return {}
+    require_columns(cols, RUNTIME, "start", "end")
     sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalTid")}, {TID_SQL}, '
            f'{_int(cols, "correlationId")}, {_int(cols, "nameId")} FROM {RUNTIME}')
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(RUNTIME, 0), ctx.tick)
+    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(RUNTIME, 0), ctx.tick, table=RUNTIME,
+                         sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"])
     (data["name_id"],) = ctx.ids([data.pop("name_sid")], transform=strip_api_version)
     return sorted_by_start(data)
 
@@ -291,11 +306,14 @@ def read_graph_launches(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(GRAPH_TRACE)
     if not cols:
         return {}
+    require_columns(cols, GRAPH_TRACE, "start", "end")
     sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
            f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "graphId")} FROM {GRAPH_TRACE}')
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("graph_id", "i8")]
-    return sorted_by_start(fetch_columns(ctx.conn, sql, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick))
+    return sorted_by_start(fetch_columns(
+        ctx.conn, sql, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, table=GRAPH_TRACE,
+        sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "graphId"]))
 
 
 def _metric_names(ctx: ReadContext) -> dict[tuple[int, int], str] | None:
@@ -304,7 +322,7 @@ def _metric_names(ctx: ReadContext) -> dict[tuple[int, int], str] | None:
         return {}
     out: dict[tuple[int, int], str] = {}
     for type_id, metric_id, name in ctx.conn.execute(f"SELECT typeId, metricId, metricName FROM {METRIC_NAMES}"):
-        key = (int(type_id) & 0xFF, int(metric_id))
+        key = (int_value(type_id, METRIC_NAMES, "typeId") & 0xFF, int_value(metric_id, METRIC_NAMES, "metricId"))
         if out.setdefault(key, str(name)) != str(name):
             return None
     return out
@@ -329,7 +347,7 @@ def read_gpu_metrics(ctx: ReadContext) -> _Columns:
         sql = (f"SELECT g.{time_col}, {key}, g.value FROM {GPU_METRICS} g LEFT JOIN {METRIC_NAMES} m "
                "ON m.typeId = g.typeId AND m.metricId = g.metricId")
         rowid_names = ctx.conn.execute(f"SELECT rowid, typeId, metricName FROM {METRIC_NAMES}").fetchall()
-        names = {(int(t) & 0xFF, int(r)): str(n) for r, t, n in rowid_names}
+        names = {(int_value(t, METRIC_NAMES, "typeId") & 0xFF, int(r)): str(n) for r, t, n in rowid_names}
     cache: dict[int, int] = {}
 
     def to_columns(chunk: np.ndarray) -> _Columns:
@@ -346,4 +364,4 @@ def read_gpu_metrics(ctx: ReadContext) -> _Columns:
     fields = [("timestamp_ns", "i8"), ("key", "i8"), ("value", "f8")]
     out = [("timestamp_ns", "i8"), ("device", "i4"), ("metric_id", "i4"), ("value", "f8")]
     return fetch_columns(ctx.conn, sql, fields, ctx.counts.get(GPU_METRICS, 0), ctx.tick,
-                         convert=(out, to_columns))
+                         convert=(out, to_columns), table=GPU_METRICS, sources=[time_col, "typeId", "value"])

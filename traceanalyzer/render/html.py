@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from ..errors import BadInputError
 from . import figures, sections
 from .formatting import fmt_ns
 
@@ -167,22 +164,3 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
     return template.render(**context, plots=plots.plots, csp=csp, css=Markup(_asset("report.css")),
                            boot_js=Markup(boot), plotly_js=Markup(plotly_js) if plotly_js else None,
                            plotly_cdn=_plotly_cdn_url() if cdn else None, plotly_sri=plotly_hash.strip("'"))
-
-
-def write_atomic(text: str, output: Path) -> Path:
-    """Write ``text`` to ``output`` through a temporary file in the same folder (never a half-written file)."""
-    output = Path(output)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    except OSError as exc:
-        raise BadInputError(output, f"cannot write the report: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return output

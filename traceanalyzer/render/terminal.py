@@ -86,10 +86,13 @@ def _fitted(con: Console, title: str, columns: Sequence[str], rows: Sequence[Seq
 
 
 def _text(value: Any) -> Any:
-    """Trace strings as literal rich Text (never parsed as markup)."""
+    """Trace strings as literal rich Text (never parsed as markup; control characters and ANSI escapes in file
+    and kernel names shown escaped, never acted on)."""
     from rich.text import Text
 
-    return Text("—" if value is None else str(value))
+    from ..errors import printable
+
+    return Text("—" if value is None else printable(value))
 
 
 # -- info ---------------------------------------------------------------------------------------------------------
