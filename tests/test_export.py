@@ -302,3 +302,13 @@ def test_window_applies_as_in_summary(tmp_path, capsys):
     devices = json.loads(capsys.readouterr().out)["devices"]
     kernels = [r["n"] for r in _rows(db, "SELECT count(*) AS n FROM kernels GROUP BY rank ORDER BY rank")]
     assert kernels == [d["kernels"] for d in devices] and sum(kernels) < 1368
+
+
+def test_special_files_are_refused_through_the_shared_writer(tmp_path, capsys):
+    assert main(["export", str(KINETO_DIR), "-o", "/dev/null"]) == 2
+    assert "cannot write /dev/null: not a regular file" in _one_error_line(capsys)
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "real.db")
+    assert main(["export", str(KINETO_DIR), "-o", str(link)]) == 0  # through a symlink: its target written
+    capsys.readouterr()
+    assert link.is_symlink() and (tmp_path / "real.db").stat().st_size > 0
