@@ -119,7 +119,7 @@ def runs_lines(summary: Any) -> list[str]:
     lines = [f"{len(runs)} run(s) among the inputs; cross-rank results use run 1 only:" if len(runs) > 1
              else "The inputs are part of a larger job:"]
     for i, r in enumerate(runs, 1):
-        missing = f", {r['ranks_missing']} of {r['world_size']} ranks missing" if r.get("partial") else ""
+        missing = f" — {r['ranks_missing']} of {r['world_size']} ranks missing" if r.get("partial") else ""
         files = ", ".join(r["files"][:4]) + (" …" if len(r["files"]) > 4 else "")
         lines.append(f"  run {i}: ranks {', '.join(map(str, r['ranks'][:8]))}{missing} ({files})")
     return lines
