@@ -3,12 +3,16 @@
 #
 # The fixtures are real traces of `examples/moe_tp.py`, a 4-layer tensor-parallel MoE transformer on 2×H200
 # (see `fixtures/README.md`). This file is a notebook in `# %%` cell format (VS Code, Jupyter with jupytext,
-# or plain `python examples/notebook_tour.py`). It uses the library API: `ta.info`, `ta.load`, `trace.df`, `ta.diff`.
+# or plain `python examples/notebook_tour.py`). It uses the library API: `ta.info`, `ta.load`, `trace.df`,
+# then `ta.summary` (numbers and findings), `ta.report` (the HTML file), `ta.export` (a SQLite database) and
+# `ta.diff` (two runs compared).
 
 # %%
 from __future__ import annotations
 
 import json
+import sqlite3
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -114,6 +118,50 @@ print(nsys_trace.tool_version, [(d.device, d.rank, d.name) for d in nsys_trace.d
 print(nk.groupby(["rank", "device", "bucket"], observed=True).size().unstack(fill_value=0))
 nvtx = nsys_trace.df("ranges")
 print(nvtx[nvtx["name"].astype(str).str.fullmatch(r"layer_\d+")].groupby("name", observed=True).size())
+
+# %% [markdown]
+# ## The summary: exposed communication per device, step and layer
+#
+# `ta.summary` takes files, directories of rank files or loaded Traces. In a notebook the Summary displays as
+# a compact table (`_repr_html_`); its attributes carry the JSON's names (`summary --json`), and the
+# per-step, per-layer and per-collective tables are DataFrames.
+
+# %%
+serial_dir = FIXTURES / "kineto" / "tp2_prefill_serial"
+summary = ta.summary([serial_dir])
+print(summary)
+dev = summary.devices[0]
+print(f"rank {dev.rank}: {dev.kernels} kernels, exposed comm {dev.comm_exposed_ns / 1e6:.2f} ms over "
+      f"{dev.steps} steps, {dev.comm_exposed_per_step_ns / 1e6:.2f} ms/step; window {dev.window_ns}")
+print(dev.per_step[["step", "duration_ns", "comm_ns", "comm_exposed_ns"]].to_string(index=False))
+print(dev.per_layer.groupby("name")["comm_exposed_ns"].median().rename("exposed_ns_median").to_string())
+
+# %% [markdown]
+# ## Findings: what to change, with the impact per step and the evidence
+
+# %%
+for finding in summary.findings:
+    print(f"{finding.impact_ns_per_step / 1e6:6.2f} ms/step  [{finding.id}] {finding.title}")
+print("evidence of the first:", sorted(summary.findings[0].evidence))
+print("if communication were free:", summary.what_if.comm_free_step_saving_ns / 1e6, "ms/step",
+      f"({summary.what_if.basis})")
+
+# %% [markdown]
+# ## The HTML report and the SQLite export
+#
+# `ta.report` writes one self-contained HTML file (charts inlined, works offline) and returns the Summary;
+# `ta.export` writes the same results to SQLite (`docs/EXPORT.md`): a ready Summary is written as it is.
+
+# %%
+with tempfile.TemporaryDirectory(prefix="traceanalyzer-tour-") as tmp:  # keep them: write to a folder of yours
+    html_path, _ = ta.report([serial_dir], output=Path(tmp) / "prefill_serial.html")
+    print("report:", html_path.name, f"{html_path.stat().st_size / 1e6:.1f} MB")
+    exported = ta.export(summary, Path(tmp) / "analysis.db")
+    print("export:", exported.path.name, exported.rows)
+    with sqlite3.connect(exported.path) as db:
+        per_layer = pd.read_sql_query(
+            "SELECT rank, layer, sum(comm_exposed_ns) / 1e6 AS exposed_ms FROM layers GROUP BY rank, layer", db)
+    print(per_layer.to_string(index=False))
 
 # %% [markdown]
 # ## Two runs compared: `ta.diff`

@@ -23,3 +23,27 @@ def test_distinct_ranks_are_kept():
     assert [t.ranks for t in assign_ranks_across_files([a, c])] == [[0], [3]]
     unknown = [_one(-1, "x.json"), _one(-1, "y.json")]
     assert [t.ranks for t in assign_ranks_across_files(unknown)] == [[0], [1]]
+
+
+def test_info_of_a_directory_of_rank_traces(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A TRACE may be a directory (README): info describes the rank files together and one by one."""
+    import json
+    from pathlib import Path
+
+    from traceanalyzer.cli import main
+
+    directory = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "tp2_prefill_serial"
+    assert main(["info", "--json", str(directory)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    per_file = []
+    for f in sorted(directory.glob("*.json.gz")):
+        assert main(["info", "--json", str(f)]) == 0
+        per_file.append(json.loads(capsys.readouterr().out))
+    assert info["format"] == "kineto-json" and info["ranks"] == [0, 1]
+    assert info["counts"] == {k: sum(p["counts"][k] for p in per_file) for k in info["counts"]}
+    assert info["counts"]["kernels"] == 1368
+    assert [f["ranks"] for f in info["files"]] == [[0], [1]]
+    assert sorted((d["device"], d["rank"]) for d in info["devices"]) == [(0, 0), (1, 1)]
+    assert main(["info", str(directory)]) == 0
+    out = capsys.readouterr().out
+    assert "rank0.json.gz" in out and "rank1.json.gz" in out and "1,368" in out

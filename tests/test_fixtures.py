@@ -192,3 +192,5 @@ def test_notebook_tour_runs_on_the_fixtures(capsys: pytest.CaptureFixture[str]):
     out = capsys.readouterr().out
     assert "moe_gemm" in out and "communication" in out
     assert "layer_3" in out and "comm_cost_ms" in out
+    assert "[exposed_communication]" in out and "report: prefill_serial.html" in out  # summary, findings, report
+    assert "export: analysis.db {'runs': 1, 'traces': 2, 'devices': 2, 'kernels': 1368" in out

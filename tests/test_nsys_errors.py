@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -59,11 +60,26 @@ def test_export_without_kernel_table(tmp_path: Path, capsys: pytest.CaptureFixtu
     trace = nsys.load(path)
     assert trace.capabilities["has_kernel_table"] is False and trace.raw_counts["kernels"] == 0
     assert len(trace.ranges) == 1 and len(trace.api_calls) == 1
-    code, line = _run_info(path, capsys)
-    assert code == 2 and "no kernel table" in line and "--cuda-graph-trace=node" in line
+    assert main(["info", str(path), "--json"]) == 0  # info describes it: only the analyses need kernels
+    info = json.loads(capsys.readouterr().out)
+    assert info["counts"]["kernels"] == 0 and info["counts"]["nvtx_ranges"] == 1 and info["graph_launches"] == 0
+    assert len(info["hints"]) == 1 and "no kernel table" in info["hints"][0]
+    assert "--cuda-graph-trace=node" in info["hints"][0]
+
+
+def test_info_counts_graph_launches_of_an_export_without_kernel_table(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_nsys_export(tmp_path / "graphs.sqlite", kernel_table=False,
+                             graph_launches=[(100, 900, 0, 7, 1), (1000, 1800, 0, 7, 1), (2000, 2500, 0, 7, 1)])
+    assert main(["info", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "cuda_graph_launches" in out and "its 3 CUDA graph launches were traced at graph level" in out
+    assert "Error" not in err
 
 
 def test_real_export_without_kernel_table(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = shared_data / "h200/nsys/tp2_decode_graphs.sqlite"
-    code, line = _run_info(path, capsys)
-    assert code == 2 and "CUPTI_ACTIVITY_KIND_KERNEL" in line and "--cuda-graph-trace=node" in line
+    assert main(["info", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["counts"] == {"kernels": 0, "memcpy": 0, "memset": 0, "nvtx_ranges": 794, "gpu_metrics_samples": 0}
+    assert "CUPTI_ACTIVITY_KIND_KERNEL" in info["hints"][0] and "--cuda-graph-trace=node" in info["hints"][0]

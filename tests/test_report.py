@@ -66,7 +66,7 @@ def test_sections_in_order_and_findings_by_impact(page: str) -> None:
     positions = [page.index(f'<section id="{s}">') for s in SECTIONS]
     assert positions == sorted(positions)
     assert page.index("All-reduce blocks compute") < page.index("Launch gaps")
-    assert "0.002 ms/step · 20.0 % of step" in page
+    assert "2.000 µs/step · 20.0 % of step" in page
 
 
 def test_plotly_inlined_once_and_scripts_allowed_by_hash(page: str) -> None:
@@ -262,6 +262,81 @@ def test_page_without_traces_or_optional_parts() -> None:
     summary.cross_rank, summary.power, summary.gpu_metrics, summary.findings = None, None, None, []
     page = render_html(summary, (), cdn=True)
     assert "No timeline: the traces were not available to the renderer." in page
-    assert "No cross-rank comparison (one rank, or no collective matched across ranks)." in page
+    assert "No cross-rank comparison: no collective matched across ranks." in page
     assert "No findings." in page
     assert "No GPU metric samples in the trace and no power log given (--gpu-log)." in page
+
+
+def test_single_gpu_without_communication_says_what_does_not_apply() -> None:
+    """One GPU, one step, no collective: no empty hidden-vs-exposed chart and no one-point step chart; the page
+    says why instead."""
+    from dataclasses import replace
+
+    traces = make_traces()[:1]
+    summary = make_summary(traces)
+    dev = replace(summary.devices[0], comm_ns=0, comm_hidden_ns=0, comm_exposed_ns=0, overlap_pct=None, steps=1,
+                  per_step=summary.devices[0].per_step.head(1), collectives=summary.devices[0].collectives.head(0),
+                  comm_idle_gaps_ns=summary.devices[0].comm_idle_gaps_ns.head(0))
+    summary.devices, summary.cross_rank, summary.findings = [dev], None, []
+    page = render_html(summary, traces, cdn=True)
+    assert "No communication kernels or peer copies in these traces" in page
+    assert "One step found (sources: profiler_step): a step-by-step chart needs two or more" in page
+    dev.step_source = "none"
+    assert "No steps found (the whole profiled window stands in for one)" in render_html(summary, traces, cdn=True)
+    assert "One rank: cross-rank wait, skew and straggler need two or more ranks." in page
+    assert "Step by step" not in page and "exposed (SM idle)" not in page
+    assert ">none<" in page  # the headline says there is no communication instead of "0 ns exposed"
+    assert "<th class=\"num\">exposed</th>" not in page  # the device table drops the communication columns
+    full = render_html(make_summary(make_traces()), make_traces(), cdn=True)
+    assert "Step by step: duration and exposed communication" in full and "exposed (SM idle)" in full
+    assert "<th class=\"num\">exposed</th>" in full
+
+
+def test_more_rows_expand_and_name_colours_stay_apart() -> None:
+    import pandas as pd
+
+    from traceanalyzer.render.formatting import BUCKET_COLORS, EXPOSED_COLOR, HIDDEN_COLOR, RANK_COLORS
+    from traceanalyzer.render.sections import MAX_EXPANDED_ROWS, MAX_TABLE_ROWS, frame_table
+
+    df = pd.DataFrame({"name": [f"k{i}" for i in range(MAX_TABLE_ROWS + 15)], "total_ns": range(MAX_TABLE_ROWS + 15)})
+    table = frame_table(df)
+    assert len(table["rows"]) == MAX_TABLE_ROWS and len(table["more"]) == 15 and table["omitted"] == 0
+    assert table["more"][-1] == [f"k{MAX_TABLE_ROWS + 14}", "214 ns"]
+    huge = frame_table(pd.DataFrame({"x": range(MAX_TABLE_ROWS + MAX_EXPANDED_ROWS + 7)}))
+    assert huge["omitted"] == 7
+    traces = make_traces()
+    summary = make_summary(traces)
+    top = summary.devices[0].top_kernels
+    summary.devices[0].top_kernels = pd.concat([top.head(1)] * 15, ignore_index=True).assign(
+        name=[f"gemm_{i}" for i in range(15)])  # 15 gemm kernels: 10 shown, 5 behind the expander
+    page = render_html(summary, traces, cdn=True)
+    assert '<details class="more"><summary>5 more rows</summary>' in page and "gemm_14" in page
+    reds = {EXPOSED_COLOR, HIDDEN_COLOR, BUCKET_COLORS["communication"]}
+    assert not reds & set(RANK_COLORS)
+
+
+def test_mangled_names_are_shown_demangled_and_long_durations_in_seconds() -> None:
+    from traceanalyzer.render.sections import findings, top_kernel_groups
+
+    mangled = "_ZN7cutlass13device_kernelIN4cute5tupleIJiiEEEEEvNT_6ParamsE"
+    traces = make_traces()
+    summary = make_summary(traces)
+    summary.devices[0].top_kernels = summary.devices[0].top_kernels.assign(name=[mangled, "ncclKernel"])
+    summary.findings[0].impact_ns_per_step = 3_139_821_000
+    names = [row[0] for g in top_kernel_groups(summary.devices)[0]["groups"] for row in g["table"]["rows"]]
+    assert names[0].startswith("cutlass::device_kernel<cute::tuple<int, int>") and mangled not in names
+    assert findings(summary)[0]["impact"] == "3.140 s/step"
+    page = render_html(summary, traces, cdn=True)
+    assert "cutlass::device_kernel&lt;cute::tuple" in page and mangled not in page
+
+
+def test_layer_totals_leave_out_layers_outside_the_steps() -> None:
+    import pandas as pd
+
+    from traceanalyzer.render.figures import layer_totals
+
+    rows = pd.DataFrame({"step": [-1, 0, 1], "layer": [0, 0, 0], "name": "layer_0",
+                         "comm_ns": [75_000_000, 1_000, 1_000], "comm_exposed_ns": [75_000_000, 900, 700],
+                         "compute_ns": [0, 10, 10]})
+    totals = layer_totals(rows)
+    assert totals["occurrences"].tolist() == [2] and totals["comm_exposed_ns"].tolist() == [1_600]

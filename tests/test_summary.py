@@ -239,10 +239,26 @@ def test_bad_layer_pattern_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
     assert len(err) == 1 and err[0].startswith("Error: --layer-pattern 'layer_(' is not a valid regular expression")
 
 
-def test_missing_step_range_falls_back_with_a_warning() -> None:
+def test_step_range_matching_nothing_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     import traceanalyzer as ta
+    from traceanalyzer.errors import BadInputError
 
     t = make_trace(kernels=[(0, 10, 0, 7, "gemm", "gemm")], path="r0.json")
+    with pytest.raises(BadInputError, match="--step-range 'train_step' matches no range in the trace — it has no "):
+        ta.summary([t], step_range="train_step")
+    kineto = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "tp2_prefill_serial"
+    assert main(["summary", "--step-range", "train_step", str(kineto)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"Error: {kineto / 'rank0.json.gz'}: --step-range 'train_step' "
+                                                "matches no range in the trace — ranges it has: ")
+    assert "layer_N (4 names)" in err[0] and "ProfilerStep#N (3 names)" in err[0] and "attention" in err[0]
+
+
+def test_step_range_on_another_device_falls_back_with_a_warning() -> None:
+    """The range exists but launched nothing on this GPU: the steps come from elsewhere, with a warning."""
+    import traceanalyzer as ta
+
+    t = make_trace(kernels=[(0, 10, 0, 7, "gemm", "gemm")], path="r0.json", ranges=[(100, 200, "nvtx", "train_step")])
     s = ta.summary([t], step_range="train_step")
     assert s.devices[0].step_source == "none"
     assert s.warnings == ["r0.json: rank 0 GPU 0: no range named 'train_step' launched GPU work; steps from none "

@@ -3,34 +3,74 @@
 >>> import traceanalyzer as ta
 >>> trace = ta.load("trace.sqlite")          # or a Kineto .json / .json.gz
 >>> trace.df("kernels")                        # pandas DataFrame
+>>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])
+>>> html_path, s = ta.report(["rank0.json.gz", "rank1.json.gz"], output="run.html")
+>>> ta.export(s, "analysis.db")              # SQLite: kernels, steps, layers, collectives, findings
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .api import detect_format, info, load, load_many
 from .errors import BadInputError, ExitCode, TraceAnalyzerError
 from .trace import DeviceInfo, StringPool, Table, Trace
 
+if TYPE_CHECKING:
+    from .analysis.results import Summary
+    from .export import ExportResult
+    from .loaders import ProgressFn
 
-def summary(traces_or_paths: Any, **options: Any) -> Any:
-    """Summarize loaded Traces or trace files into a ``Summary`` (see ``traceanalyzer.pipeline.summary``).
+PathLike = str | Path
 
-    >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"], step_range=None)   # doctest: +SKIP
+
+def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, step_range: str | None = None,
+            layer_pattern: str | None = DEFAULT_LAYER_PATTERN, rules: PathLike | None = None,
+            gpu_log: PathLike | None = None, jobs: int = 1, findings: bool = True,
+            extra: dict[str, Any] | None = None, progress: ProgressFn | None = None,
+            window: str | None = None) -> Summary:
+    """Summarize loaded Traces, or trace files / directories of rank traces (loaded and classified first).
+
+    ``step_range`` names the NVTX/record_function range marking a step, ``layer_pattern`` the regex of layer
+    ranges, ``rules`` a TOML file of extra classification rules, ``gpu_log`` an nvidia-smi CSV log; ``jobs``
+    worker processes load files; ``findings=False`` skips the findings rules; ``extra`` passes
+    ``finding_thresholds`` / ``disabled_findings``. ``progress`` and ``window`` (``"START:END"`` seconds from the
+    capture start) apply to paths only.
+
+    >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])   # doctest: +SKIP
     """
     from .pipeline import summary as _summary
 
+    options: dict[str, Any] = {"step_range": step_range, "layer_pattern": layer_pattern, "rules": rules,
+                               "gpu_log": gpu_log, "jobs": jobs, "findings": findings, "extra": extra or {}}
+    if progress is not None:
+        options["progress"] = progress
+    if window is not None:
+        options["window"] = window
     return _summary(traces_or_paths, **options)
 
 
-def report(paths: Any, **options: Any) -> Any:
-    """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``
-    (see ``traceanalyzer.report.report`` for the options: ``output``, ``rules``, ``step_range``, ``cdn``, ...)."""
+def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
+           jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: ProgressFn | None = None,
+           window: str | None = None) -> tuple[Path, Summary]:
+    """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``.
+
+    ``output`` defaults to ``reports/<first trace name>.html``; ``cdn`` references plotly on its CDN instead of
+    inlining it. The other keywords are :func:`summary`'s.
+    """
     from .report import report as _report
 
-    return _report(list(paths) if isinstance(paths, (list, tuple)) else [paths], **options)
+    files: list[PathLike] = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    return _report(files, output=output, rules=rules,
+                   jobs=jobs, step_range=step_range, layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn,
+                   progress=progress, window=window)
 
 
 def diff(before: Any, after: Any, **options: Any) -> Any:
@@ -44,11 +84,42 @@ def diff(before: Any, after: Any, **options: Any) -> Any:
     return _diff(before, after, **options)
 
 
-def classify_names(names: list[str], rules: Any = None) -> Any:
+def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], output: PathLike, *,
+           append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
+           layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
+           progress: ProgressFn | None = None, window: str | None = None) -> ExportResult:
+    """Write the analysis to a SQLite database (docs/EXPORT.md): trace files, Traces, or a ready ``Summary``.
+
+    ``append`` adds a run to an existing database instead of replacing it. Returns an ``ExportResult``
+    (``path``, ``run_id``, ``trace_ids``, ``rows`` per table, ``summary``).
+    """
+    from .export import export as _export
+
+    return _export(traces, output, append=append, rules=rules, jobs=jobs, step_range=step_range,
+                   layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
+
+
+def classify_names(names: list[str], rules: PathLike | None = None) -> list[Any]:
     """Classify kernel names into buckets (see ``traceanalyzer.classify.classify_names``)."""
     from .classify import classify_names as _classify_names
 
     return _classify_names(names, rules=rules)
+
+
+_FUNCTIONS_NAMED_LIKE_MODULES = frozenset({"report", "export"})
+
+
+class _Package(types.ModuleType):
+    """The package module. Importing the submodules ``traceanalyzer.report`` / ``traceanalyzer.export`` would
+    rebind ``ta.report`` / ``ta.export`` to those modules; the functions above keep the names."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS_NAMED_LIKE_MODULES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
@@ -63,6 +134,7 @@ __all__ = [
     "classify_names",
     "detect_format",
     "diff",
+    "export",
     "info",
     "load",
     "load_many",

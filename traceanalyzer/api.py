@@ -108,27 +108,74 @@ def _empty_hint(traces: list[Trace]) -> str:
     return "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)"
 
 
+NO_KERNEL_TABLE_HINT = "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node"
+INFO_COUNTS = ("kernels", "memcpy", "memset", "nvtx_ranges", "gpu_metrics_samples")
+
+
 def info(path: PathLike) -> dict[str, Any]:
-    """What a trace file holds (format, versions, devices, raw activity counts) — the ``info`` JSON contract."""
+    """What a trace file holds (format, versions, devices, raw activity counts) — the ``info`` JSON contract.
+
+    A directory of rank traces is described as a whole: counts summed, devices and ranks of every file, one
+    entry per file under ``files``. An nsys export without a kernel table is described too (``counts.kernels``
+    0, its CUDA graph launches, a hint in ``hints``): only the analyses need kernels.
+    """
+    if Path(path).is_dir():
+        return _info_of_files(path, [_info_one(f) | {"path": str(f)} for f in expand_paths([path])])
+    return _info_one(path)
+
+
+def _info_one(path: PathLike) -> dict[str, Any]:
     # counts and devices need no optional table: an nsys export is read without them (GPU metrics can be huge)
     trace = load_one(path, tables=frozenset() if detect_format(path) == "nsys-sqlite" else None)
-    if trace.raw_counts.get("kernels", 0) == 0 and trace.format == "nsys-sqlite" \
-            and not trace.capabilities.get("has_kernel_table", True):
-        problem = "export has no kernel table (CUPTI_ACTIVITY_KIND_KERNEL)"
-        if graphs := trace.raw_counts.get("graph_launches", 0):
-            problem += f"; its {graphs} CUDA graph launches were traced at graph level, kernels not itemised"
-        raise EmptyTraceError(path, problem, "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node")
-    counts = {key: int(trace.raw_counts.get(key, 0))
-              for key in ("kernels", "memcpy", "memset", "nvtx_ranges", "gpu_metrics_samples")}
+    counts = {key: int(trace.raw_counts.get(key, 0)) for key in INFO_COUNTS}
+    hints: list[str] = []
+    graphs = int(trace.raw_counts.get("graph_launches", 0))
+    if trace.format == "nsys-sqlite" and not trace.capabilities.get("has_kernel_table", True):
+        graphs = graphs or _graph_launch_calls(path)
+        problem = "no kernel table (CUPTI_ACTIVITY_KIND_KERNEL)"
+        if graphs:
+            problem += f": its {graphs} CUDA graph launches were traced at graph level, kernels not itemised"
+        hints.append(f"{problem}; {NO_KERNEL_TABLE_HINT}")
     return {
         "format": trace.format,
         "tool_version": trace.tool_version,
         "schema_version": trace.schema_version,
         "devices": [{"device": d.device, "name": d.name, "rank": d.rank} for d in trace.devices],
         "counts": counts,
+        "graph_launches": graphs,
         "ranks": sorted({d.rank for d in trace.devices if d.rank is not None}),
         "capabilities": trace.capabilities,
+        "hints": hints,
         "warnings": list(trace.warnings),
+    }
+
+
+def _graph_launch_calls(path: PathLike) -> int:
+    """cudaGraphLaunch calls in an nsys export's runtime API table (what ran when kernels were not itemised)."""
+    trace = load_one(path, tables=frozenset({"api_calls"}))
+    names = trace.strings.values
+    ids = np.unique(trace.api_calls["name_id"])
+    launch = [int(i) for i in ids if i >= 0 and names[int(i)].startswith("cudaGraphLaunch")]
+    return int(np.isin(trace.api_calls["name_id"], launch).sum()) if launch else 0
+
+
+def _info_of_files(directory: PathLike, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``info`` for a directory of rank traces (one format, as :func:`expand_paths` checks)."""
+    def one(key: str) -> Any:
+        values = {p[key] for p in parts if p[key] is not None}
+        return values.pop() if len(values) == 1 else (", ".join(sorted(map(str, values))) or None)
+
+    devices = [d for p in parts for d in p["devices"]]
+    unique = list({(d["device"], d["name"], d["rank"]): d for d in devices}.values())
+    return {
+        "format": parts[0]["format"], "tool_version": one("tool_version"), "schema_version": one("schema_version"),
+        "devices": unique, "counts": {k: sum(p["counts"][k] for p in parts) for k in INFO_COUNTS},
+        "graph_launches": sum(p["graph_launches"] for p in parts),
+        "ranks": sorted({r for p in parts for r in p["ranks"]}),
+        "files": [{"path": p["path"], "ranks": p["ranks"], "counts": p["counts"]} for p in parts],
+        "capabilities": parts[0]["capabilities"],
+        "hints": [f"{Path(p['path']).name}: {h}" for p in parts for h in p["hints"]],
+        "warnings": [f"{Path(p['path']).name}: {w}" for p in parts for w in p["warnings"]],
     }
 
 

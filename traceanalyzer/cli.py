@@ -212,6 +212,34 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
         click.echo(f"report written: {printable(written)}", err=True)
 
 
+@cli.command(short_help="The analysis as a SQLite database (kernels, steps, layers, collectives, findings).")
+@_TRACES
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="SQLite database to write (replaced atomically unless --append).")
+@click.option("--append", is_flag=True, help="Add this run to the database instead of replacing it (a history).")
+@_RULES
+@_JOBS
+@_STEP_RANGE
+@_LAYER_PATTERN
+@_GPU_LOG
+@_WINDOW
+def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | None, jobs: int,
+           step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
+    """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
+    layers, collectives and findings, with foreign keys to traces, indexes on (trace_id, rank, device,
+    start_ns) and full-text search on kernel names. Open it with sqlite3 or Datasette; docs/EXPORT.md has
+    the tables and example queries.
+    """
+    from .export import export as export_fn
+    from .progress import progress_bar
+
+    with progress_bar("loading") as progress:
+        result = export_fn(list(traces), output, append=append, rules=rules, jobs=jobs, step_range=step_range,
+                           layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
+    counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
+    click.echo(f"{result.path}: run {result.run_id} — {counts}")
+
+
 def _after_vs(args: list[str], command: click.Command) -> list[str]:
     """``BEFORE... --vs AFTER...``: every path after ``--vs`` (up to ``--``) becomes one ``--vs`` value, so the
     after side can be several files as the before side is; options after ``--vs`` keep their own values."""

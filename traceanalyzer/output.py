@@ -23,7 +23,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .errors import OutputError
@@ -69,6 +69,41 @@ def write_output(data: str | bytes, target: PathLike, *, inputs: Sequence[PathLi
         _write_in_place(path, payload)
     else:
         _write_atomic(path, payload)
+    return str(path)
+
+
+def write_built(target: PathLike, build: Callable[[Path], None], *, inputs: Sequence[PathLike] = ()) -> str:
+    """A file that ``build`` writes at a path it is given (a SQLite database), with :func:`write_output`'s
+    refusals and atomic replacement: ``build`` fills an empty temporary file beside ``target``, which then replaces
+    it. Standard output and special files are refused (a database needs a regular file)."""
+    path = Path(target)
+    if _plan(path, inputs) != "atomic":
+        raise OutputError(path, "not a regular file (a database cannot go to stdout, a device or a FIFO)",
+                          "give it a file name, e.g. -o analysis.db")
+    real = Path(os.path.realpath(path))
+    folder = real.parent
+    try:
+        if not folder.is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"directory {folder} does not exist")
+        _remove_stale_temporaries(folder, real.name)
+        mode = stat.S_IMODE(os.stat(real).st_mode) if real.exists() else 0o666 & ~_umask()
+    except OSError as exc:
+        raise OutputError(path, _reason(exc)) from None
+    with _signals_raise():
+        tmp: str | None = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+            os.close(fd)
+            build(Path(tmp))
+            os.chmod(tmp, mode)
+            os.replace(tmp, real)
+            tmp = None
+        except OSError as exc:
+            raise OutputError(path, _reason(exc)) from None
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
     return str(path)
 
 

@@ -210,6 +210,8 @@ class Trace:
 
         from .schema import TABLES as DECL
 
+        if table not in self.tables:
+            raise KeyError(f"no table {table!r}; tables: {', '.join(self.tables)}")
         t = self.tables[table]
         string_cols = {c.name for c in DECL.get(table, []) if c.string}
         string_cols |= {k for k in t.columns if k.endswith("_id") and t[k].dtype == np.int32}

@@ -159,3 +159,47 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     }, columns=COLUMNS)
     df["ordinal"] = df.groupby("kind", sort=False).cumcount().astype(np.int64)
     return df
+
+
+def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataFrame | None,
+                  link_peak_gbps: float | None = None) -> pd.DataFrame:
+    """A device's collective instances with the cross-rank split and bandwidths added.
+
+    ``transfer_ns`` / ``wait_ns`` come from the matched instance of ``per_collective``
+    (``CrossRankSummary.per_collective``, joined on this rank's start); unmatched instances (one rank, peer copies)
+    keep transfer = duration and wait = 0, with ``matched`` False. ``algbw_gbps`` = bytes / transfer and
+    ``busbw_gbps`` = algbw × NCCL's bus factor for the kind and group size (all-reduce 2(n−1)/n, gathers (n−1)/n);
+    both NaN when the message size is unknown. ``busbw_pct_of_peak`` compares busbw with ``link_peak_gbps``.
+    """
+    from .cross_rank import bus_factor
+
+    c = collectives.reset_index(drop=True)
+    missing = {"bytes": -1, "group_size": -1, "kind": "other", "exposed_ns": np.nan}  # frames built by hand
+    c = c.assign(**{k: v for k, v in missing.items() if k not in c.columns})
+    if "duration_ns" not in c.columns:
+        c = c.assign(duration_ns=c["end_ns"] - c["start_ns"])
+    transfer = c["duration_ns"].to_numpy(np.int64).copy()
+    wait = np.zeros(len(c), dtype=np.int64)
+    matched = np.zeros(len(c), dtype=bool)
+    col = f"start_ns_r{rank}"
+    if per_collective is not None and len(per_collective) and col in per_collective and len(c):
+        per = per_collective.drop_duplicates(col).set_index(col)
+        hit = c["start_ns"].isin(per.index).to_numpy()
+        rows = per.loc[c["start_ns"][hit]]
+        transfer[hit] = rows["transfer_ns"].to_numpy(np.int64)
+        wait[hit] = rows[f"wait_ns_r{rank}"].to_numpy(np.int64)
+        matched = hit
+    nbytes = c["bytes"].to_numpy(np.float64)
+    ranks_matched = sum(1 for k in per_collective.columns if k.startswith("wait_ns_r")) \
+        if per_collective is not None else 0
+    group = np.where(c["group_size"].to_numpy(np.int64) > 0, c["group_size"].to_numpy(np.int64),
+                     max(ranks_matched, 1))
+    kinds = c["kind"].astype(str).to_numpy()
+    factors = {(k, int(n)): bus_factor(k, int(n)) for k, n in set(zip(kinds, group.tolist(), strict=True))}
+    factor = np.array([factors[(k, n)] for k, n in zip(kinds, group.tolist(), strict=True)], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1), np.nan)  # B/ns = GB/s
+    busbw = algbw * factor
+    pct = busbw / link_peak_gbps * 100 if link_peak_gbps else np.full(len(c), np.nan)
+    return c.assign(transfer_ns=transfer, wait_ns=wait, matched=matched, algbw_gbps=algbw, busbw_gbps=busbw,
+                    link_peak_gbps=link_peak_gbps if link_peak_gbps else np.nan, busbw_pct_of_peak=pct)

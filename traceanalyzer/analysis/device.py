@@ -22,18 +22,21 @@ import numpy as np
 import pandas as pd
 
 from ..buckets import EXCLUSIVE_PRECEDENCE
+from ..classify.demangle import display_names
+from ..errors import BadInputError
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
-from .steps import StepStructure, find_steps
+from .steps import StepStructure, annotation_names, find_steps, has_range
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions
 
-TOP_KERNEL_COLUMNS = ["bucket", "subbucket", "name", "rule", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns"]
+TOP_KERNEL_COLUMNS = ["bucket", "subbucket", "name", "display_name", "rule", "count", "total_ns", "mean_ns", "p50_ns",
+                      "p99_ns"]
 GAP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "step", "layer"]
 
 
@@ -60,7 +63,8 @@ def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[s
 
 def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataFrame:
     """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule; of the
-    kernels ``rows`` (a boolean mask) when given, else of all."""
+    kernels ``rows`` (a boolean mask) when given, else of all. ``display_name`` is the name demangled where the
+    trace left it mangled (``_Z…``)."""
     k = act.kernels if rows is None else act.kernels.take(np.flatnonzero(rows))
     if len(k) == 0:
         return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
@@ -77,7 +81,8 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
         return trace.names(k[name][rows]) if name in k else np.full(len(rows), None, dtype=object)
 
     out = pd.DataFrame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
-                        "name": trace.names(ids), "rule": column("rule_id"),
+                        "name": trace.names(ids), "display_name": display_names(trace.names(ids).tolist()),
+                        "rule": column("rule_id"),
                         "count": stats["count"].to_numpy(np.int64), "total_ns": stats["total_ns"].to_numpy(np.int64),
                         "mean_ns": stats["mean_ns"].to_numpy(), "p50_ns": stats["p50_ns"].to_numpy(),
                         "p99_ns": stats["p99_ns"].to_numpy()}, columns=TOP_KERNEL_COLUMNS)
@@ -181,6 +186,11 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     steps = structure.windows
     warnings: list[str] = []
     if step_range and len(steps) and not str(steps["source"].iloc[0]).startswith("nvtx:"):
+        if not has_range(trace, step_range):
+            names = annotation_names(trace)
+            raise BadInputError(trace.path, f"--step-range {step_range!r} matches no range in the trace",
+                                f"ranges it has: {', '.join(names)}" if names else
+                                "it has no NVTX / record_function ranges; leave --step-range out")
         warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
                         f"steps from {steps['source'].iloc[0]} instead")
     layers = layer_table(act, steps, layer_pattern) if layers is None else layers
@@ -214,5 +224,5 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
                "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},
-        activity=act,
+        activity=act, layering=layers,
     )

@@ -77,6 +77,35 @@ class DeviceSummary:
     extra: dict[str, Any] = field(default_factory=dict)
     # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
     activity: Any = field(default=None, repr=False, compare=False)
+    # the analysis.layers.Layers behind per_layer (each kernel's layer), for exports; never in JSON
+    layering: Any = field(default=None, repr=False, compare=False)
+
+    # the JSON's names for figures kept in ``extra`` (notebooks read them as attributes)
+    @property
+    def kernels(self) -> int:
+        """Number of kernels on the device (JSON ``kernels``)."""
+        return int(self.extra.get("kernels", 0))
+
+    @property
+    def memops(self) -> int:
+        """Number of memory operations on the device (JSON ``memops``)."""
+        return int(self.extra.get("memops", 0))
+
+    @property
+    def layers(self) -> int:
+        """Number of layer instances found (JSON ``layers``; the table is ``per_layer``)."""
+        return int(self.extra.get("layers", 0))
+
+    @property
+    def window_ns(self) -> tuple[int, int]:
+        """First start and last end of the device's activity, ns (JSON ``window_ns``)."""
+        lo, hi = self.extra.get("window_ns", (0, self.span_ns))
+        return int(lo), int(hi)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Warnings about this device's analysis (JSON ``warnings``)."""
+        return list(self.extra.get("warnings", []))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,6 +187,17 @@ class Summary:
     power: dict[str, Any] | None = None  # nvidia-smi log aligned with the trace
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_html_(self) -> str:
+        """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
+        from .notebook import summary_html
+
+        return summary_html(self)
+
+    def __repr__(self) -> str:
+        names = ", ".join(t.path.rsplit("/", 1)[-1] for t in self.traces)
+        return (f"Summary({names}: {len(self.devices)} device(s), {len(self.findings)} finding(s), "
+                f"comm_free_step_saving_ns={self.what_if.comm_free_step_saving_ns})")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

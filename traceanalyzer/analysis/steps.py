@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..trace import Trace
 from . import intervals as iv
 from . import step_detect
 from .activity import DeviceActivity
@@ -287,3 +288,34 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
 def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:
     """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock (see :func:`find_steps`)."""
     return find_steps(act, step_range).windows
+
+
+ANNOTATION_KINDS = ("nvtx", "user_annotation", "gpu_user_annotation", "profiler_step")
+_NUMBERS = re.compile(r"\d+")
+
+
+def annotation_names(trace: Trace, limit: int = 12) -> list[str]:
+    """Names of the trace's NVTX / record_function / ProfilerStep ranges, most frequent first, numbered families
+    shown once (``layer_0`` … ``layer_15`` → ``layer_N (16 names)``); at most ``limit`` entries."""
+    r = trace.ranges
+    kinds = [i for i in map(trace.strings.get, ANNOTATION_KINDS) if i >= 0]
+    ids, counts = np.unique(r["name_id"][np.isin(r["kind_id"], kinds) & (r["name_id"] >= 0)], return_counts=True)
+    families: dict[str, list[int]] = {}  # family → [ranges, distinct names]
+    first: dict[str, str] = {}  # family → one of its names
+    for i, n in zip(ids.tolist(), counts.tolist(), strict=True):
+        name = trace.strings[i]
+        key = _NUMBERS.sub("N", name)
+        tally = families.setdefault(key, [0, 0])
+        tally[0] += n
+        tally[1] += 1
+        first.setdefault(key, name)
+    out: list[str] = []
+    for key, (_, members) in sorted(families.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        out.append(first[key] if members == 1 else f"{key} ({members} names)")
+    return out[:limit] + ([f"… ({len(out) - limit} more)"] if len(out) > limit else [])
+
+
+def has_range(trace: Trace, name: str) -> bool:
+    """Whether any range of the trace has exactly this name."""
+    sid = trace.strings.get(name)
+    return sid >= 0 and bool((trace.ranges["name_id"] == sid).any())

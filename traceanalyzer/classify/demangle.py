@@ -10,6 +10,8 @@ symbol uses something outside it, falls back to the identifiers it contains.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import lru_cache
 
 _BUILTIN = {
     "v": "void", "w": "wchar_t", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
@@ -373,3 +375,21 @@ def demangle(symbol: str) -> str:
     if parser.i < len(parser.s):
         return _fallback(core)
     return text
+
+
+def display_name(name: str | None) -> str | None:
+    """A kernel name as shown to people: mangled C++ symbols (``_Z…``, as Kineto leaves some CUTLASS kernels)
+    demangled, others unchanged. The raw name stays in the data (``name`` columns, JSON evidence)."""
+    if not name or not name.startswith("_Z"):
+        return name
+    return _demangled(name)
+
+
+@lru_cache(maxsize=65536)
+def _demangled(name: str) -> str:
+    return demangle(name) or name
+
+
+def display_names(names: Iterable[str | None]) -> list[str | None]:
+    """:func:`display_name` of many names (each distinct name demangled once)."""
+    return [display_name(n) for n in names]

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.results import DeviceSummary, Finding
+from ..classify.demangle import display_name
 from .context import FindingContext, count_per_step, kinds_text, ms, per_step_median, severity, step_index
 
 #: Collective kinds that are all-reduces (sub-buckets / kinds from the classifier and collectives analysis).
@@ -105,7 +106,7 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
         counts = count_per_step(ctx, dev, c)
         streams = sorted({int(s) for s in c["stream"]})
         names = c["name"].astype(str).value_counts().head(3)
-        short = ", ".join(dict.fromkeys(str(n).split("(")[0].split("<")[0] for n in names.index))
+        short = ", ".join(dict.fromkeys(str(display_name(str(n))).split("(")[0].split("<")[0] for n in names.index))
         found.append(Finding(
             id="comm_serialized_with_compute",
             title=f"{kinds_text(counts)} per step ({short}) run on the compute stream "

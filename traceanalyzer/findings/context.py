@@ -204,4 +204,6 @@ def ms(ns: float | int | None) -> str:
     """Human text for a duration in ns (for titles only; JSON keeps ns)."""
     if ns is None:
         return "n/a"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
     return f"{ns / 1e6:.2f} ms" if abs(ns) >= 100_000 else f"{ns / 1e3:.1f} µs"

@@ -19,6 +19,7 @@ from .formatting import (
     bucket_color,
     bucket_sort_key,
     device_label,
+    rank_color,
 )
 
 if TYPE_CHECKING:
@@ -64,10 +65,13 @@ def breakdown_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Fig
     return fig
 
 
-def comm_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure:
-    """Stacked bars per device: communication hidden under compute vs exposed (SM idle), in ms."""
+def comm_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
+    """Stacked bars per device: communication hidden under compute vs exposed (SM idle), in ms; None when no
+    device communicates."""
     import plotly.graph_objects as go
 
+    if not any(d.comm_ns for d in devices):
+        return None
     labels = _labels(devices, escape)
     fig = go.Figure()
     for name, attr, color in (("exposed (SM idle)", "comm_exposed_ns", EXPOSED_COLOR),
@@ -85,21 +89,21 @@ def step_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure |
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    palette = ("#2f6fbf", "#e4572e", "#2a9d8f", "#7b3fb5", "#e9c46a", "#6c757d")
     for i, d in enumerate(devices):
         steps = d.per_step
-        if not len(steps) or not {"step", "duration_ns", "comm_exposed_ns"} <= set(steps.columns):
-            continue
-        color = palette[i % len(palette)]
+        if len(steps) < 2 or not {"step", "duration_ns", "comm_exposed_ns"} <= set(steps.columns):
+            continue  # one step is a number (the table has it), not a chart
+        color = rank_color(i)
         label = escape(device_label(d.rank, d.device))
         x = steps["step"].to_numpy()
         fig.add_trace(go.Scatter(x=x, y=steps["duration_ns"].to_numpy(dtype=float) / 1e6, mode="lines+markers",
                                  name=f"{label}: step", line={"color": color},
                                  hovertemplate="step %{x}: %{y:.3f} ms<extra>%{fullData.name}</extra>"))
-        fig.add_trace(go.Scatter(x=x, y=steps["comm_exposed_ns"].to_numpy(dtype=float) / 1e6,
-                                 mode="lines+markers", name=f"{label}: exposed comm",
-                                 line={"color": color, "dash": "dot"},
-                                 hovertemplate="step %{x}: %{y:.3f} ms<extra>%{fullData.name}</extra>"))
+        if d.comm_ns:
+            fig.add_trace(go.Scatter(x=x, y=steps["comm_exposed_ns"].to_numpy(dtype=float) / 1e6,
+                                     mode="lines+markers", name=f"{label}: exposed comm",
+                                     line={"color": color, "dash": "dot"},
+                                     hovertemplate="step %{x}: %{y:.3f} ms<extra>%{fullData.name}</extra>"))
     if not fig.data:
         return None
     fig.update_layout(**_BASE_LAYOUT, height=300, xaxis={"title": {"text": "step"}},
@@ -109,12 +113,15 @@ def step_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure |
 
 
 def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-layer rows (one per step × layer) summed per layer, with the median exposed comm of one occurrence.
+    """Per-layer rows (one per step × layer, those inside steps) summed per layer, with the median exposed comm of
+    one occurrence.
 
     Empty when the frame lacks the ``layer`` / ``comm_exposed_ns`` columns.
     """
     if not len(df) or not {"layer", "comm_exposed_ns"} <= set(df.columns):
         return pd.DataFrame()
+    if "step" in df.columns and (df["step"] >= 0).any():
+        df = df[df["step"] >= 0]  # layer instances outside every step (warm-up, NCCL init) are not per-step figures
     named = df.assign(name=df["name"].astype(str) if "name" in df.columns else df["layer"].astype(str))
     sums = {c: (c, "sum") for c in ("comm_ns", "comm_exposed_ns", "compute_ns") if c in df.columns}
     out = named.groupby("layer", sort=True).agg(name=("name", "first"), occurrences=("name", "size"),
@@ -127,13 +134,13 @@ def layer_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure 
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for d in devices:
+    for i, d in enumerate(devices):
         totals = layer_totals(d.per_layer)
-        if not len(totals):
+        if not len(totals) or not d.comm_ns:
             continue
         fig.add_trace(go.Bar(x=[escape(v) for v in totals["name"]],
                              y=totals["exposed_median_ns"].to_numpy(dtype=float) / 1e6,
-                             name=escape(device_label(d.rank, d.device)),
+                             name=escape(device_label(d.rank, d.device)), marker={"color": rank_color(i)},
                              hovertemplate="%{x}: %{y:.4f} ms<extra>%{fullData.name}</extra>"))
     if not fig.data:
         return None
@@ -162,14 +169,15 @@ def collective_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Fi
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for d in devices:
+    for i, d in enumerate(devices):
         df = d.collectives
         exposed = column(df, "exposed_ns", "comm_exposed_ns")
         if not len(df) or exposed is None:
             continue
         x, y, per = binned_max(df[exposed].to_numpy(dtype=float) / 1e6)
         label = device_label(d.rank, d.device) + (f" (max of every {per})" if per > 1 else "")
-        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", marker={"size": 4}, name=escape(label),
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", marker={"size": 4, "color": rank_color(i)},
+                                 name=escape(label),
                                  hovertemplate="#%{x}: %{y:.4f} ms exposed<extra>%{fullData.name}</extra>"))
     if not fig.data:
         return None
@@ -212,10 +220,12 @@ def gap_histogram(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure
     edges = _one_two_five_edges(float(every.min()), float(every.max()))
     labels = [f"{_edge_label(a)}–{_edge_label(b)}" for a, b in itertools.pairwise(edges)]
     fig = go.Figure()
+    index = {id(d): i for i, d in enumerate(devices)}
     for d, dur in durations:
         counts, _ = np.histogram(dur, bins=edges)
         total, _ = np.histogram(dur, bins=edges, weights=dur)
         fig.add_trace(go.Bar(x=labels, y=counts, customdata=total / 1e6, name=escape(device_label(d.rank, d.device)),
+                             marker={"color": rank_color(index[id(d)])},
                              hovertemplate="%{x}: %{y} segments, %{customdata:.3f} ms in total"
                                            "<extra>%{fullData.name}</extra>"))
     fig.update_layout(**_BASE_LAYOUT, barmode="group", height=320,
@@ -232,9 +242,12 @@ def cross_rank_figure(cross: CrossRankSummary) -> go.Figure | None:
     if not cross.wait_ns_by_rank:
         return None
     ranks = sorted(cross.wait_ns_by_rank)
-    colors = [EXPOSED_COLOR if r == cross.straggler_rank else "#4a6fa5" for r in ranks]
-    fig = go.Figure(go.Bar(x=[f"rank {r}" for r in ranks], y=[cross.wait_ns_by_rank[r] / 1e6 for r in ranks],
-                           marker={"color": colors}, hovertemplate="%{x}: %{y:.3f} ms waiting<extra></extra>"))
+    colors = [rank_color(i) for i in range(len(ranks))]
+    names = [f"rank {r}" + (" (straggler)" if r == cross.straggler_rank else "") for r in ranks]
+    outline = {"color": "#222", "width": [2 if r == cross.straggler_rank else 0 for r in ranks]}
+    fig = go.Figure(go.Bar(x=names, y=[cross.wait_ns_by_rank[r] / 1e6 for r in ranks],
+                           marker={"color": colors, "line": outline},
+                           hovertemplate="%{x}: %{y:.3f} ms waiting<extra></extra>"))
     fig.update_layout(**_BASE_LAYOUT, height=300, yaxis={"title": {"text": "wait/skew ms over the window"}},
                       xaxis={"type": "category"}, showlegend=False)
     fig.update_layout(margin={"l": 60})

@@ -6,6 +6,10 @@ import math
 from typing import Any, SupportsFloat
 
 from ..buckets import BUCKET_COLORS, BUCKETS
+from ..classify.demangle import display_name as display_name  # re-exported: renderers format names from here
+from ..classify.demangle import display_names as display_names
+from ..units import fmt_ns as fmt_ns
+from ..units import fmt_pct as fmt_pct
 
 #: Buckets in display order (declared in :mod:`traceanalyzer.buckets`); unknown buckets sort after these.
 BUCKET_ORDER: tuple[str, ...] = BUCKETS
@@ -13,6 +17,15 @@ FALLBACK_COLOR = "#6c757d"
 IDLE_COLOR = "#e9ecef"
 HIDDEN_COLOR = "#f4a582"
 EXPOSED_COLOR = "#b2182b"
+#: Colours of devices/ranks in charts that compare them: blues, greens, purples and greys only, so no rank is
+#: ever drawn in the red/orange of communication, "exposed" or "hidden".
+RANK_COLORS: tuple[str, ...] = ("#1f5fa8", "#2a9d8f", "#6a3d9a", "#5e8c31", "#17a2b8", "#4a4a8a", "#8c8c8c",
+                                "#0b3d5c")
+
+
+def rank_color(index: int) -> str:
+    """The chart colour of the ``index``-th device (cycling through :data:`RANK_COLORS`)."""
+    return RANK_COLORS[index % len(RANK_COLORS)]
 
 
 def bucket_sort_key(bucket: str) -> tuple[int, str]:
@@ -28,20 +41,23 @@ def bucket_color(bucket: str) -> str:
     return BUCKET_COLORS.get(bucket, FALLBACK_COLOR)
 
 
-def fmt_ns(ns: SupportsFloat | None, *, unit: str | None = None) -> str:
-    """A duration in the most readable unit (``12.3 ms``); ``—`` when unknown."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+def fmt_bytes(n: SupportsFloat | None) -> str:
+    """A message size in binary units (``128 MiB``); ``—`` when unknown (None, NaN or negative)."""
+    if n is None or (isinstance(n, float) and math.isnan(n)) or float(n) < 0:
         return "—"
-    value = float(ns)
-    if unit is None:
-        mag = abs(value)
-        unit = "s" if mag >= 1e9 else "ms" if mag >= 1e6 else "µs" if mag >= 1e3 else "ns"
-    scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "us": 1e3, "ns": 1.0}[unit]
-    scaled = value / scale
-    if unit == "ns":
-        return f"{scaled:.0f} ns"
-    digits = 3 if abs(scaled) < 10 else 2 if abs(scaled) < 100 else 1
-    return f"{scaled:.{digits}f} {unit}"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" or value == int(value) else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def fmt_gbps(value: float | None) -> str:
+    """A bandwidth in GB/s (10⁹ B/s); ``—`` when unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.1f} GB/s" if value < 100 else f"{value:.0f} GB/s"
 
 
 def fmt_ms(ns: SupportsFloat | None) -> str:
@@ -49,13 +65,6 @@ def fmt_ms(ns: SupportsFloat | None) -> str:
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
         return "—"
     return f"{float(ns) / 1e6:.3f}"
-
-
-def fmt_pct(value: float | None, digits: int = 1) -> str:
-    """A percentage (``42.0 %``); ``—`` when unknown."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value:.{digits}f} %"
 
 
 def pct_of(part: float | int | None, whole: float | int | None) -> float | None:
@@ -110,7 +119,7 @@ def runs_lines(summary: Any) -> list[str]:
     lines = [f"{len(runs)} run(s) among the inputs; cross-rank results use run 1 only:" if len(runs) > 1
              else "The inputs are part of a larger job:"]
     for i, r in enumerate(runs, 1):
-        missing = f", {r['ranks_missing']} of {r['world_size']} ranks missing" if r.get("partial") else ""
+        missing = f" — {r['ranks_missing']} of {r['world_size']} ranks missing" if r.get("partial") else ""
         files = ", ".join(r["files"][:4]) + (" …" if len(r["files"]) > 4 else "")
         lines.append(f"  run {i}: ranks {', '.join(map(str, r['ranks'][:8]))}{missing} ({files})")
     return lines

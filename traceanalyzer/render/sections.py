@@ -19,7 +19,10 @@ from .formatting import (
     bucket_color,
     bucket_sort_key,
     device_label,
-    fmt_ms,
+    display_name,
+    display_names,
+    fmt_bytes,
+    fmt_gbps,
     fmt_ns,
     fmt_pct,
     issue_only_text,
@@ -32,7 +35,8 @@ from .formatting import (
 if TYPE_CHECKING:
     from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
 
-MAX_TABLE_ROWS = 200
+MAX_TABLE_ROWS = 200  # rows shown at once; the next ones sit behind a "more rows" expander
+MAX_EXPANDED_ROWS = 2000  # rows behind the expander at most (the page stays light); `export` has them all
 TOP_KERNELS_PER_BUCKET = 10
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
@@ -51,6 +55,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("layers", "from NVTX ranges matching the layer pattern, else from the period of collectives within a step."),
     ("cross-rank wait", "the same collective instance matched across ranks: its transfer time ≈ the shortest "
                         "rank's duration; the rest is wait/skew. The rank that arrives last is the straggler."),
+    ("algbw / busbw", "per collective: message bytes / transfer time (GB/s = 10⁹ B/s); busbw = algbw × NCCL's bus "
+                      "factor (all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n), against the GPU's vendor "
+                      "scale-up link peak where it is known."),
     ("cost if communication were free", "the step-time reduction to expect: exposed transfer time when the GPU is "
                                         "the bottleneck; when the step is launch-bound, the host time of the "
                                         "collective calls (each call whole, plus the CPU work slowed right after "
@@ -105,7 +112,7 @@ def headline(summary: Summary) -> list[dict[str, str]]:
         n_steps = max((d.steps for d in devices), default=0)
         plural = "" if n_steps == 1 else "s"
         cards.append({"label": "median step", "value": fmt_ns(step), "sub": f"{n_steps} step{plural} profiled"})
-    per_step = [d.comm_exposed_per_step_ns for d in devices if d.comm_exposed_per_step_ns is not None]
+    per_step = [d.comm_exposed_per_step_ns for d in devices if d.comm_exposed_per_step_ns is not None and d.comm_ns]
     if per_step:
         worst = max(per_step)
         cards.append({"label": "exposed comm per step (worst device)", "value": fmt_ns(worst),
@@ -117,7 +124,9 @@ def headline(summary: Summary) -> list[dict[str, str]]:
         cards.append({"label": "communication hidden under compute", "value": fmt_pct(pct_of(hidden, comm)),
                       "sub": f"comm is {fmt_pct(pct_of(comm, busy))} of busy time"})
     saving = summary.what_if.comm_free_step_saving_ns
-    if saving is not None:
+    if not comm:
+        cards.append({"label": "communication", "value": "none", "sub": "no collective or peer copy ran"})
+    elif saving is not None:
         sub = [f"{fmt_pct(pct_of(saving, step))} of the step"] if step else []
         sub += [f"basis: {summary.what_if.basis}", range_text(summary.what_if), issue_only_text(summary.what_if)]
         cards.append({"label": "step saving if comm were free", "value": fmt_ns(saving),
@@ -157,38 +166,63 @@ def findings(summary: Summary) -> list[dict[str, Any]]:
     for f in ordered:
         pct = f.impact_pct_of_step if f.impact_pct_of_step is not None else pct_of(f.impact_ns_per_step, step)
         rows.append({"id": f.id, "title": f.title, "severity": f.severity, "recommendation": f.recommendation,
-                     "impact": f"{fmt_ms(f.impact_ns_per_step)} ms/step" if f.impact_ns_per_step is not None
+                     "impact": f"{fmt_ns(f.impact_ns_per_step)}/step" if f.impact_ns_per_step is not None
                      else "not quantified", "pct": fmt_pct(pct),
                      "evidence": [(str(k), _evidence_text(v)) for k, v in f.evidence.items()]})
     return rows
 
 
+def not_applicable(summary: Summary) -> dict[str, str]:
+    """What does not apply to these traces, said instead of drawing an empty chart: ``comm`` (no device
+    communicates), ``steps`` (no device has two steps), ``ranks`` (one rank); ``""`` where it applies."""
+    devices = summary.devices
+    out = {"comm": "", "steps": "", "ranks": ""}
+    if not any(d.comm_ns for d in devices):
+        out["comm"] = ("No communication kernels or peer copies in these traces: hidden vs exposed communication, "
+                       "per-layer and per-collective exposure, cross-rank wait and the what-if do not apply.")
+    if not any(d.steps >= 2 for d in devices):
+        if all(d.step_source == "none" for d in devices):
+            found = "No steps found (the whole profiled window stands in for one)"
+        else:
+            found = f"One step found (sources: {', '.join(sorted({d.step_source for d in devices}))})"
+        out["steps"] = f"{found}: a step-by-step chart needs two or more; the table above has the figures."
+    if len({d.rank for d in devices}) < 2:
+        out["ranks"] = "One rank: cross-rank wait, skew and straggler need two or more ranks."
+    return out
+
+
 # -- tables --------------------------------------------------------------------------------------------------
 def device_rows(summary: Summary) -> dict[str, Any]:
-    """The per-device numbers table."""
-    cols = ["device", "span", "busy", "idle", "comm", "hidden", "exposed", "overlap", "steps", "step median",
-            "exposed/step", "busy % in steps", "busy % window", "steps from", "layers/step", "comm streams"]
+    """The per-device numbers table (without the communication columns when no device communicates)."""
+    comm = any(d.comm_ns for d in summary.devices)
+    comm_cols = ["comm", "hidden", "exposed", "overlap"] if comm else []
+    cols = ["device", "span", "busy", "idle", *comm_cols, "steps", "step median",
+            *(["exposed/step"] if comm else []), "busy % in steps", "busy % window", "steps from", "layers/step",
+            *(["comm streams"] if comm else [])]
     rows = []
     for d in summary.devices:
-        rows.append([device_title(d), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns),
-                     fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps),
-                     fmt_ns(d.step_ns_median), fmt_ns(d.comm_exposed_per_step_ns),
+        comm_cells = [fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct)]
+        rows.append([device_title(d), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns),
+                     *(comm_cells if comm else []), str(d.steps), fmt_ns(d.step_ns_median),
+                     *([fmt_ns(d.comm_exposed_per_step_ns)] if comm else []),
                      fmt_pct(d.in_steps.get("busy_pct")) if d.step_source != "none" else "—",
                      fmt_pct(pct_of(d.busy_ns, d.span_ns)), step_source_text(d),
                      f"{d.layers_per_step} ({d.layer_source})" if d.layers_per_step else "none",
-                     ", ".join(map(str, d.comm_streams)) or "—"])
-    return {"columns": cols, "rows": rows, "numeric": [False] + [True] * 12 + [False] * 3, "omitted": 0}
+                     *([", ".join(map(str, d.comm_streams)) or "—"] if comm else [])])
+    numeric = [False] + [True] * (len(cols) - 1 - 2 - (1 if comm else 0)) + [False] * (2 + (1 if comm else 0))
+    return {"columns": cols, "rows": rows, "numeric": numeric, "omitted": 0}
 
 
 _NS_COLUMN = re.compile(r"_ns(_r\d+)?$")  # integer-ns columns, per-rank ones included (wait_ns_r0)
 
 
 def _header(col: str) -> str:
-    """``comm_exposed_ns`` → ``comm exposed (ms)``, ``wait_ns_r1`` → ``wait r1 (ms)``; others unchanged."""
+    """``comm_exposed_ns`` → ``comm exposed``, ``wait_ns_r1`` → ``wait r1`` (cells carry their unit); others
+    unchanged."""
     m = _NS_COLUMN.search(col)
     if m is None:
         return col
-    return (col[: m.start()] + (m.group(1) or "")).replace("_", " ") + " (ms)"
+    return (col[: m.start()] + (m.group(1) or "")).replace("_", " ")
 
 
 def _cell(value: Any, col: str) -> str:
@@ -198,7 +232,7 @@ def _cell(value: Any, col: str) -> str:
     if unknown_marker and (_NS_COLUMN.search(col) or col.endswith("rank")):  # -1 = not known (schema)
         return "—"
     if _NS_COLUMN.search(col) and isinstance(value, (int, float, np.integer, np.floating)):
-        return fmt_ms(value)
+        return fmt_ns(value)
     if isinstance(value, (float, np.floating)):
         number = float(value)
         return f"{number:,.0f}" if abs(number) >= 1e5 else f"{number:.4g}"
@@ -209,11 +243,14 @@ def frame_table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
                 max_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
     """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    shown = df[cols].head(max_rows)
+    frame = df[cols].head(max_rows + MAX_EXPANDED_ROWS)
+    if "name" in cols:
+        frame = frame.assign(name=display_names(frame["name"].tolist()))
     heads = [_header(c) for c in cols]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
-    rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in shown.itertuples(index=False)]
-    return {"columns": heads, "rows": rows, "numeric": numeric, "omitted": max(len(df) - max_rows, 0)}
+    rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in frame.itertuples(index=False)]
+    return {"columns": heads, "rows": rows[:max_rows], "more": rows[max_rows:], "numeric": numeric,
+            "omitted": max(len(df) - max_rows - MAX_EXPANDED_ROWS, 0)}
 
 
 def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
@@ -230,28 +267,44 @@ def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
                             "exposed_median_ns"])
 
 
-def collective_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
-    """Collectives grouped by name per device: count, total, exposed, hidden, mean/p50/p99 duration."""
-    rows = []
+def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | None = None) -> dict[str, Any] | None:
+    """Collectives grouped by name and message size per device: count, total, exposed, mean and p99 duration,
+    transfer and wait (cross-rank), algbw and busbw against the link's peak where it is known."""
+    from ..analysis.collectives import with_transfer
+    from ..findings.comm_rules import link_peak_gbps
+
+    rows, peaks = [], set()
     for d in devices:
-        df = d.collectives
-        name = column(df, "name", "collective")
-        if not len(df) or name is None:
+        if not len(d.collectives) or "name" not in d.collectives.columns:
             continue
-        dur = durations_ns(df)
-        ex_col = column(df, "exposed_ns", "comm_exposed_ns")
-        exposed = df[ex_col].to_numpy(dtype=float) if ex_col else np.full(len(df), np.nan)
-        for key, idx in df.groupby(name, sort=True, observed=True).indices.items():
-            du = dur[idx]
-            ex = exposed[idx]
-            rows.append([device_label(d.rank, d.device), str(key), str(len(idx)), fmt_ms(du.sum()),
-                         fmt_ms(np.nansum(ex)), fmt_pct(pct_of(np.nansum(ex), du.sum())), fmt_ms(du.mean()),
-                         fmt_ms(np.percentile(du, 50)), fmt_ms(np.percentile(du, 99))])
+        peak = link_peak_gbps(d.name)
+        df = with_transfer(d.collectives, d.rank, cross.per_collective if cross else None, peak)
+        if peak:
+            peaks.add(f"{d.name}: {peak:g} GB/s")
+        for (name, size), g in df.groupby([df["name"].astype(str), "bytes"], sort=True):
+            du = g["duration_ns"].to_numpy(dtype=float)
+            ex = float(np.nansum(g["exposed_ns"].to_numpy(dtype=float)))
+            busbw = g["busbw_gbps"].to_numpy(dtype=float)
+            bw_pct = g["busbw_pct_of_peak"].to_numpy(dtype=float)
+            rows.append([device_label(d.rank, d.device), display_name(str(name)), str(len(g)),
+                         fmt_bytes(size), fmt_ns(du.sum()), fmt_ns(ex), fmt_pct(pct_of(ex, du.sum())),
+                         fmt_ns(du.mean()), fmt_ns(np.percentile(du, 99)),
+                         fmt_ns(g["transfer_ns"].mean()) if g["matched"].any() else "—",
+                         fmt_ns(g["wait_ns"].mean()) if g["matched"].any() else "—",
+                         fmt_gbps(_nanmedian(g["algbw_gbps"].to_numpy(dtype=float))), fmt_gbps(_nanmedian(busbw)),
+                         fmt_pct(_nanmedian(bw_pct), 0)])
     if not rows:
         return None
-    cols = ["device", "collective", "count", "total (ms)", "exposed (ms)", "exposed %", "mean (ms)",
-            "p50 (ms)", "p99 (ms)"]
-    return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 7, "omitted": 0}
+    cols = ["device", "collective", "count", "size", "total", "exposed", "exposed %", "mean", "p99", "transfer",
+            "wait", "algbw", "busbw", "busbw % of link peak"]
+    note = ("link peak (vendor, per GPU, one direction): " + "; ".join(sorted(peaks))) if peaks else \
+        "link peak unknown for these GPUs"
+    return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 12, "omitted": 0, "note": note}
+
+
+def _nanmedian(values: np.ndarray) -> float | None:
+    ok = values[~np.isnan(values)]
+    return float(np.median(ok)) if len(ok) else None
 
 
 def gap_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
@@ -262,11 +315,11 @@ def gap_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         if not len(df):
             continue
         dur = durations_ns(df)
-        rows.append([device_label(d.rank, d.device), str(len(dur)), fmt_ms(dur.sum()),
+        rows.append([device_label(d.rank, d.device), str(len(dur)), fmt_ns(dur.sum()),
                      fmt_ns(np.percentile(dur, 50)), fmt_ns(np.percentile(dur, 90)), fmt_ns(dur.max())])
     if not rows:
         return None
-    return {"columns": ["device", "segments", "total (ms)", "p50", "p90", "max"], "rows": rows,
+    return {"columns": ["device", "segments", "total", "p50", "p90", "max"], "rows": rows,
             "numeric": [False] + [True] * 5, "omitted": 0}
 
 
@@ -274,8 +327,8 @@ def cross_rank(cr: CrossRankSummary | None) -> dict[str, Any] | None:
     """Cross-rank facts and the wait-by-rank table."""
     if cr is None:
         return None
-    table = {"columns": ["rank", "wait/skew (ms)", "straggler"],
-             "rows": [[str(r), fmt_ms(ns), "yes" if r == cr.straggler_rank else ""]
+    table = {"columns": ["rank", "wait/skew", "straggler"],
+             "rows": [[str(r), fmt_ns(ns), "yes" if r == cr.straggler_rank else ""]
                       for r, ns in sorted(cr.wait_ns_by_rank.items())],
              "numeric": [False, True, False], "omitted": 0}
     return {"matched": cr.collectives_matched, "transfer_per_step": fmt_ns(cr.transfer_ns_per_step),

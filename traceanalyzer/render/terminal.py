@@ -15,7 +15,6 @@ from ..buckets import BUCKET_COLORS
 from .formatting import (
     bucket_sort_key,
     device_label,
-    fmt_ms,
     fmt_ns,
     fmt_pct,
     issue_only_text,
@@ -47,14 +46,43 @@ def make_console(file: Any = None) -> Console:
 
 
 def _table(title: str | None, columns: Sequence[str], numeric: Iterable[bool] = ()) -> Table:
+    """A table whose first and numeric columns never wrap (a number stays beside its unit); other text folds."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
     flags = list(numeric) + [False] * len(columns)
     for i, (name, is_num) in enumerate(zip(columns, flags, strict=False)):
-        table.add_column(name, justify="right" if is_num else "left", overflow="fold", no_wrap=i == 0)
+        table.add_column(name, justify="right" if is_num else "left", overflow="fold", no_wrap=i == 0 or is_num)
     return table
+
+
+def _fitted(con: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+            numeric: Sequence[bool]) -> list[Any]:
+    """The table, or when it is wider than the console, several tables of consecutive columns that each fit,
+    every one repeating the first column (so no cell is ever split between its number and its unit). Titles are
+    lines of their own above the tables, so a long title wraps as text, never into the table's width."""
+    from rich.console import Group
+
+    def build(part: list[int], heading: str | None) -> Table:
+        table = _table(heading, [columns[0], *(columns[i] for i in part)], [numeric[0], *(numeric[i] for i in part)])
+        for row in rows:
+            table.add_row(row[0], *(row[i] for i in part))
+        return table
+
+    def width(part: list[int]) -> int:
+        return con.measure(build(part, None), options=con.options.update(width=1 << 16)).maximum
+
+    parts: list[list[int]] = [[]]
+    for i in range(1, len(columns)):
+        if parts[-1] and width([*parts[-1], i]) > con.width:
+            parts.append([])
+        parts[-1].append(i)
+    if len(parts) == 1:
+        return [Group(_text_styled(title, "bold"), build(parts[0], None))]
+    return [Group(_text_styled(f"{title} ({n}/{len(parts)})", "bold"), build(part, None))
+            for n, part in enumerate(parts, start=1)]
 
 
 def _text(value: Any) -> Any:
@@ -68,8 +96,10 @@ def _text(value: Any) -> Any:
 
 
 # -- info ---------------------------------------------------------------------------------------------------------
-def print_info(path: str | Path, result: dict[str, Any], console: Console | None = None) -> None:
-    """``traceanalyzer info``: format, versions, devices and activity counts of one trace file."""
+def print_info(path: str | Path, result: dict[str, Any], console: Console | None = None,
+               err_console: Console | None = None) -> None:
+    """``traceanalyzer info``: format, versions, devices and activity counts of one trace file (warnings on
+    ``err_console``, stderr by default)."""
     con = console or make_console()
     con.print(_text(f"{Path(path).name}: {result['format']}"), style="bold")
     con.print(_text(f"  tool version: {result.get('tool_version') or '—'}   "
@@ -87,9 +117,18 @@ def print_info(path: str | Path, result: dict[str, Any], console: Console | None
     counts = _table("activity counts", ["kind", "count"], [False, True])
     for key, value in result.get("counts", {}).items():
         counts.add_row(key, f"{value:,}")
+    if result.get("graph_launches"):
+        counts.add_row("cuda_graph_launches", f"{result['graph_launches']:,}")
     con.print(counts)
-    for warning in result.get("warnings", []):
-        con.print(_text(f"warning: {warning}"), style="yellow")
+    if result.get("files"):
+        files = _table("files", ["file", "ranks", "kernels"], [False, False, True])
+        for f in result["files"]:
+            files.add_row(_text(Path(f["path"]).name), ", ".join(map(str, f["ranks"])) or "—",
+                          f"{f['counts']['kernels']:,}")
+        con.print(files)
+    for hint in result.get("hints", []):
+        con.print(_text(f"note: {hint}"))
+    print_warnings(result.get("warnings", []), err_console)
 
 
 # -- classify ----------------------------------------------------------------------------------------------------
@@ -113,17 +152,21 @@ def _text_styled(value: str, color: str | None) -> Any:
 
 
 # -- summary ------------------------------------------------------------------------------------------------------
-def _device_table(summary: Summary) -> Table:
-    cols = ["device", "span", "busy", "idle", "comm", "hidden", "exposed", "overlap", "steps", "step median",
-            "exposed/step", "busy in steps"]
-    table = _table("Per device (whole window; busy % over the steps beside)", cols, [False] + [True] * 11)
+def _device_table(con: Console, summary: Summary) -> list[Any]:
+    """Per device (whole window; busy % over the steps beside), without the communication columns when no device
+    communicates."""
+    comm = any(d.comm_ns for d in summary.devices)
+    cols = ["device", "span", "busy", "idle", *(["comm", "hidden", "exposed", "overlap"] if comm else []), "steps",
+            "step median", *(["exposed/step"] if comm else []), "busy in steps"]
+    rows = []
     for d in summary.devices:
         in_steps = fmt_pct(d.in_steps.get("busy_pct"), 0) if d.step_source != "none" else "—"
-        table.add_row(_text(device_label(d.rank, d.device)), fmt_ns(d.span_ns),
-                      fmt_ns(d.busy_ns), fmt_ns(d.idle_ns), fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns),
-                      fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct), str(d.steps), fmt_ns(d.step_ns_median),
-                      fmt_ns(d.comm_exposed_per_step_ns), in_steps)
-    return table
+        comm_cells = [fmt_ns(d.comm_ns), fmt_ns(d.comm_hidden_ns), fmt_ns(d.comm_exposed_ns), fmt_pct(d.overlap_pct)]
+        rows.append([_text(device_label(d.rank, d.device)), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns),
+                     *(comm_cells if comm else []), str(d.steps), fmt_ns(d.step_ns_median),
+                     *([fmt_ns(d.comm_exposed_per_step_ns)] if comm else []), in_steps])
+    return _fitted(con, "Per device (whole window; busy % over the steps beside)", cols, rows,
+                   [False] + [True] * (len(cols) - 1))
 
 
 def _structure_lines(summary: Summary) -> list[str]:
@@ -135,7 +178,7 @@ def _structure_lines(summary: Summary) -> list[str]:
     return [f"{text} — {', '.join(devs) if len(groups) > 1 else 'all devices'}" for text, devs in groups.items()]
 
 
-def _bucket_table(summary: Summary) -> Table:
+def _bucket_table(con: Console, summary: Summary) -> list[Any]:
     """The exclusive bucket split over the steps (warm-up and gaps between steps left out) where a device has
     steps, else over the whole window; the title says which."""
     stepped = all(d.step_source != "none" and d.in_steps for d in summary.devices)
@@ -147,13 +190,13 @@ def _bucket_table(summary: Summary) -> Table:
 
     buckets = sorted({b for d in summary.devices for b in split(d)[0]}, key=bucket_sort_key)
     where = "over the steps" if stepped else "whole window"
-    table = _table(f"Busy time by bucket, {where} (exclusive; % of busy)", ["device", *buckets],
-                   [False] + [True] * len(buckets))
+    rows = []
     for d in summary.devices:
         parts, busy = split(d)
-        cells = [f"{fmt_ns(parts.get(b, 0))} {fmt_pct(pct_of(parts.get(b, 0), busy), 0)}" for b in buckets]
-        table.add_row(_text(device_label(d.rank, d.device)), *cells)
-    return table
+        rows.append([_text(device_label(d.rank, d.device)),
+                     *(f"{fmt_ns(parts.get(b, 0))} {fmt_pct(pct_of(parts.get(b, 0), busy), 0)}" for b in buckets)])
+    return _fitted(con, f"Busy time by bucket, {where} (exclusive; % of busy)", ["device", *buckets], rows,
+                   [False] + [True] * len(buckets))
 
 
 def _findings_table(summary: Summary) -> Table:
@@ -168,37 +211,53 @@ def _findings_table(summary: Summary) -> Table:
 
 
 def _cross_rank_lines(cr: CrossRankSummary) -> list[str]:
-    waits = ", ".join(f"rank {r}: {fmt_ms(ns)} ms" for r, ns in sorted(cr.wait_ns_by_rank.items()))
+    waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(cr.wait_ns_by_rank.items()))
     return [f"{cr.collectives_matched} collectives matched ({cr.match_method or 'n/a'}); "
             f"transfer per step {fmt_ns(cr.transfer_ns_per_step)}; straggler: "
             f"{'—' if cr.straggler_rank is None else f'rank {cr.straggler_rank}'}",
             f"wait/skew: {waits or '—'}"]
 
 
-def print_summary(summary: Summary, console: Console | None = None) -> None:
-    """``traceanalyzer summary`` / ``report``: devices, buckets, findings, what-if and cross-rank."""
+def print_summary(summary: Summary, console: Console | None = None, err_console: Console | None = None) -> None:
+    """``traceanalyzer summary`` / ``report``: devices, buckets, findings, what-if and cross-rank on ``console``
+    (stdout); warnings on ``err_console`` (stderr)."""
     con = console or make_console()
     names = ", ".join(Path(t.path).name for t in summary.traces)
     con.print(_text(f"traceanalyzer summary of {names}"), style="bold")
     models = sorted({d.name for d in summary.devices if d.name})
     con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
-    con.print(_device_table(summary))
+    for table in _device_table(con, summary):
+        con.print(table)
     for line in [*_structure_lines(summary), *runs_lines(summary)]:
         con.print(_text(line))
     if any(d.bucket_exclusive_ns for d in summary.devices):
-        con.print(_bucket_table(summary))
+        for table in _bucket_table(con, summary):
+            con.print(table)
     if summary.findings:
         con.print(_findings_table(summary))
-    wi = summary.what_if
-    saving = "not determined" if wi.comm_free_step_saving_ns is None else \
-        f"{fmt_ns(wi.comm_free_step_saving_ns)} per step"
-    extra = [part for part in (range_text(wi), issue_only_text(wi)) if part]
-    con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" + "".join(f"; {p}" for p in extra)))
+    if not any(d.comm_ns for d in summary.devices):
+        con.print(_text("No communication kernels or peer copies: exposed communication, cross-rank wait and the "
+                        "what-if do not apply."))
+    else:
+        wi = summary.what_if
+        saving = "not determined" if wi.comm_free_step_saving_ns is None else \
+            f"{fmt_ns(wi.comm_free_step_saving_ns)} per step"
+        extra = [part for part in (range_text(wi), issue_only_text(wi)) if part]
+        con.print(_text(f"If communication were free: {saving} (basis: {wi.basis})" +
+                        "".join(f"; {p}" for p in extra)))
     if summary.cross_rank is not None:
         con.print(_text("Cross-rank"), style="bold")
         for line in _cross_rank_lines(summary.cross_rank):
             con.print(_text("  " + line))
-    for warning in summary.warnings:
+    print_warnings(summary.warnings, err_console)
+
+
+def print_warnings(warnings: Sequence[str], console: Console | None = None) -> None:
+    """``warning: …`` lines on stderr (or ``console``): stdout carries only the result."""
+    if not warnings:
+        return
+    con = console or make_console(sys.stderr)
+    for warning in warnings:
         con.print(_text(f"warning: {warning}"), style="yellow")
 
 

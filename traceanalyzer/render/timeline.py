@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .formatting import EXPOSED_COLOR, bucket_color, bucket_sort_key
+from .formatting import EXPOSED_COLOR, bucket_color, bucket_sort_key, display_names
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -89,8 +89,9 @@ def _activity(trace: Trace, rank: int, device: int, window: Window) -> tuple[np.
             buckets = np.where(pd.isna(buckets), default_bucket, buckets).astype(object)
         else:
             buckets = np.full(len(t), default_bucket, dtype=object)
-        names = trace.names(t["name_id"])
-        names = np.where(pd.isna(names), "(unnamed)", names).astype(object)
+        ids, inverse = np.unique(t["name_id"], return_inverse=True)  # each distinct name demangled once
+        shown = np.array([*display_names(trace.names(ids).tolist())], dtype=object)[inverse.ravel()]
+        names = np.where(pd.isna(shown), "(unnamed)", shown).astype(object)
         start, end = t["start_ns"], t["end_ns"]
         if clip:
             start, end = np.maximum(start, window.start_ns), np.minimum(end, window.end_ns)

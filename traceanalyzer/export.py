@@ -1,0 +1,396 @@
+"""``export``: the summary's results as a SQLite database (sqlite-utils), one row per kernel, step, layer, collective.
+
+The database holds the results of one summary pass (nothing is recomputed here): ``runs`` (one per export call,
+with the whole ``summary --json``), ``traces`` (one per input file), ``devices`` (the summary's per-device
+figures), ``kernels`` and ``memops`` (with bucket, step and layer), ``steps``, ``layers``, ``collectives`` (with
+bytes, transfer, wait, algbw and busbw) and ``findings``. Every table but ``runs`` has a ``trace_id`` foreign key
+to ``traces`` (``findings``: ``run_id``, and ``trace_id`` when the finding names a device). Kernel names are
+full-text searchable (``kernels_fts``). ``append`` adds a run to an existing database, which keeps a history.
+Tables and columns are in docs/EXPORT.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
+from .errors import BadInputError, EmptyTraceError
+from .trace import Trace
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from .analysis.results import DeviceSummary, Summary
+    from .loaders import ProgressFn
+
+PathLike = str | Path
+TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
+_WHERE = ["trace_id", "rank", "device"]
+_INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote: the database, the run and trace ids it added, rows per table, and the Summary."""
+
+    path: Path
+    run_id: int
+    trace_ids: list[int]
+    rows: dict[str, int] = field(default_factory=dict)
+    summary: Summary | None = field(default=None, repr=False)
+
+
+def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], output: PathLike, *,
+           append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
+           layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
+           progress: ProgressFn | None = None, window: str | None = None) -> ExportResult:
+    """Summarize trace files (or loaded Traces, or take a ready :class:`Summary`) and write the results to the
+    SQLite database ``output``: the ``export`` command and ``ta.export(...)``.
+
+    Without ``append`` the database is written to a temporary file and renamed (a failed export leaves no half
+    database, and a file already at ``output`` is replaced); with ``append`` the run is added to a copy of
+    ``output`` (created when absent) that then replaces it. ``output`` may not be one of the input traces. The
+    other keywords are the summary's options (``window``: ``"START:END"`` seconds, for paths).
+    """
+    from .analysis.results import Summary
+
+    target = Path(output)
+    inputs: list[PathLike] = []
+    if isinstance(traces, Summary):
+        summary = traces
+    else:
+        items: list[PathLike | Trace] = [traces] if isinstance(traces, (str, Path, Trace)) else list(traces)
+        if not items:
+            raise EmptyTraceError(None, "no trace files given")
+        inputs = [p for p in items if isinstance(p, (str, Path))]
+        check_output(target, inputs, append=append)
+        from .pipeline import summary as summarize
+
+        summary = summarize(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
+                            gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}))
+    check_output(target, [t.path for t in summary.traces], append=append)
+    return write_database(summary, target, append=append)
+
+
+def check_output(target: Path, inputs: Iterable[PathLike], *, append: bool) -> None:
+    """Refuse, before any work, an output that ``output.write_built`` would refuse (stdout, a directory, a special
+    file, one of the input traces) or (with ``append``) a file that is not a traceanalyzer database."""
+    from .output import check_output as check_target
+
+    if str(target) == "-":
+        raise BadInputError(None, "-o -: a SQLite database cannot be written to stdout",
+                            "give it a file name, e.g. -o analysis.db")
+    check_target(target, [Path(p) for p in inputs])
+    if append and target.exists():
+        _check_appendable(target)
+
+
+def _check_appendable(target: Path) -> None:
+    try:
+        with sqlite3.connect(f"file:{target}?mode=ro", uri=True) as conn:
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise BadInputError(target, f"is not a SQLite database ({exc})", "--append adds to a database that "
+                            "traceanalyzer export wrote") from None
+    if not {"runs", "traces", "kernels"} <= names:
+        raise BadInputError(target, "is not a traceanalyzer export (no runs/traces/kernels tables)",
+                            "--append adds to a database that traceanalyzer export wrote")
+
+
+def write_database(summary: Summary, output: PathLike, *, append: bool = False) -> ExportResult:
+    """Write ``summary`` (its devices must carry their ``activity``, as ``summarize`` leaves them) to ``output``.
+
+    The database is built in a temporary file beside ``output`` (a copy of it with ``append``) and renamed over
+    it by ``output.write_built``, so ``output`` is either the old database or the complete new one.
+    """
+    import shutil
+
+    import sqlite_utils
+
+    target = Path(output)
+    missing = [f"rank {d.rank} GPU {d.device}" for d in summary.devices if d.activity is None]
+    if missing:
+        raise ValueError(f"the Summary's devices carry no activity ({', '.join(missing)}): export a Summary made "
+                         "by ta.summary, or pass the traces")
+    from .output import write_built
+
+    written: list[ExportResult] = []
+
+    def build(tmp: Path) -> None:
+        try:
+            if append and target.exists():
+                shutil.copyfile(target, tmp)
+            db = sqlite_utils.Database(tmp)
+            try:
+                written.append(_write(db, summary, target))
+                db.conn.commit()
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise BadInputError(target, f"cannot write the database ({exc})") from None
+
+    write_built(target, build, inputs=[t.path for t in summary.traces])
+    return written[0]
+
+
+# -- the tables ------------------------------------------------------------------------------------------------
+def _write(db: sqlite_utils.Database, summary: Summary, target: Path) -> ExportResult:
+    from ._version import __version__
+
+    _create_schema(db)
+    payload = summary.to_json()
+    wi = summary.what_if
+    cr = summary.cross_rank
+    run_id = _insert_one(db, "runs", {
+        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "traceanalyzer_version": __version__, "json_schema_version": payload["schema_version"],
+        "comm_free_step_saving_ns": wi.comm_free_step_saving_ns, "what_if_basis": wi.basis,
+        "collectives_matched": cr.collectives_matched if cr else None,
+        "straggler_rank": cr.straggler_rank if cr else None,
+        "summary_json": json.dumps(payload, allow_nan=False, default=_json_default),
+    })
+    trace_ids: dict[str, int] = {}
+    for meta in summary.traces:
+        window = meta.window_ns or (None, None)
+        trace_ids[meta.path] = _insert_one(db, "traces", {
+            "run_id": run_id, "path": meta.path, "name": Path(meta.path).name, "format": meta.format,
+            "tool_version": meta.tool_version, "schema_version": meta.schema_version,
+            "ranks": json.dumps(meta.ranks), "devices": json.dumps(meta.devices, default=_json_default),
+            "window_start_ns": window[0], "window_end_ns": window[1], "warnings": json.dumps(meta.warnings),
+        })
+    rows = {name: 0 for name in TABLES}
+    rows["runs"], rows["traces"] = 1, len(trace_ids)
+    for dev in summary.devices:
+        tid = trace_ids[dev.trace]
+        rows["devices"] += _insert_frame(db, "devices", pd.DataFrame([_device_row(dev)]), tid)
+        rows["kernels"] += _insert_kernels(db, dev, tid)
+        rows["memops"] += _insert_memops(db, dev, tid)
+        rows["steps"] += _insert_frame(db, "steps", _with_device(dev.per_step, dev), tid)
+        rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
+        rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
+    rows["findings"] = _insert_findings(db, summary, run_id, trace_ids)
+    _populate_fts(db, list(trace_ids.values()))
+    return ExportResult(path=target, run_id=run_id, trace_ids=list(trace_ids.values()), rows=rows, summary=summary)
+
+
+_SCHEMA: dict[str, dict[str, type]] = {
+    "runs": {"id": int, "exported_at": str, "traceanalyzer_version": str, "json_schema_version": str,
+             "comm_free_step_saving_ns": int, "what_if_basis": str, "collectives_matched": int,
+             "straggler_rank": int, "summary_json": str},
+    "traces": {"id": int, "run_id": int, "path": str, "name": str, "format": str, "tool_version": str,
+               "schema_version": str, "ranks": str, "devices": str, "window_start_ns": int, "window_end_ns": int,
+               "warnings": str},
+    "devices": {"trace_id": int, "rank": int, "device": int, "name": str, "span_ns": int, "busy_ns": int,
+                "idle_ns": int, "comm_ns": int, "comm_hidden_ns": int, "comm_exposed_ns": int,
+                "overlap_pct": float, "steps": int, "step_ns_median": int, "comm_exposed_per_step_ns": int},
+    "kernels": {"trace_id": int, "rank": int, "device": int, "stream": int, "start_ns": int, "end_ns": int,
+                "duration_ns": int, "name": str, "raw_name": str, "bucket": str, "subbucket": str,
+                "precision": str, "rule": str, "step": int, "layer": int, "correlation": int},
+    "memops": {"trace_id": int, "rank": int, "device": int, "stream": int, "start_ns": int, "end_ns": int,
+               "duration_ns": int, "kind": str, "copy_kind": str, "bytes": int, "name": str, "bucket": str,
+               "step": int, "layer": int},
+    "steps": {"trace_id": int, "rank": int, "device": int, "step": int, "start_ns": int, "end_ns": int,
+              "duration_ns": int},
+    "layers": {"trace_id": int, "rank": int, "device": int, "step": int, "layer": int, "name": str,
+               "start_ns": int, "end_ns": int, "duration_ns": int},
+    "collectives": {"trace_id": int, "rank": int, "device": int, "start_ns": int, "end_ns": int,
+                    "duration_ns": int, "name": str, "raw_name": str, "kind": str, "bytes": int,
+                    "transfer_ns": int, "wait_ns": int, "algbw_gbps": float, "busbw_gbps": float},
+    "findings": {"run_id": int, "trace_id": int, "id": str, "title": str, "impact_ns_per_step": int,
+                 "impact_pct_of_step": float, "severity": str, "recommendation": str, "rank": int, "device": int,
+                 "evidence": str},
+}
+
+
+def _create_schema(db: sqlite_utils.Database) -> None:
+    """Tables (with foreign keys), indexes and the kernel-name full-text index, when not there yet."""
+    if "runs" not in db.table_names():
+        _t(db, "runs").create(_SCHEMA["runs"], pk="id")
+        _t(db, "traces").create(_SCHEMA["traces"], pk="id", foreign_keys=[("run_id", "runs", "id")])
+    for name in TABLES[2:]:
+        if name in db.table_names():
+            continue
+        keys = [("trace_id", "traces", "id")] + ([("run_id", "runs", "id")] if name == "findings" else [])
+        _t(db, name).create(_SCHEMA[name], foreign_keys=keys)
+        if name in _INDEXED:
+            _t(db, name).create_index([*_WHERE, "start_ns"], index_name=f"idx_{name}_where_start")
+    if "idx_kernels_bucket" not in {i.name for i in _t(db, "kernels").indexes}:
+        _t(db, "kernels").create_index(["trace_id", "bucket", "step"], index_name="idx_kernels_bucket")
+        _t(db, "devices").create_index(_WHERE, index_name="idx_devices_where")
+        _t(db, "findings").create_index(["run_id"], index_name="idx_findings_run")
+        _t(db, "kernels").enable_fts(["name", "raw_name"], fts_version="FTS5", create_triggers=False)
+
+
+def _t(db: sqlite_utils.Database, name: str) -> sqlite_utils.db.Table:
+    """A table of the database (sqlite-utils' ``db[name]`` may also be a view)."""
+    return db.table(name)
+
+
+def _insert_one(db: sqlite_utils.Database, name: str, row: dict[str, Any]) -> int:
+    """Insert one row; its primary key."""
+    table = _t(db, name)
+    table.insert(row)
+    if table.last_pk is None:
+        raise RuntimeError(f"no primary key for the row inserted into {name}")
+    return int(table.last_pk)
+
+
+def _populate_fts(db: sqlite_utils.Database, trace_ids: list[int]) -> None:
+    marks = ", ".join("?" for _ in trace_ids)
+    db.execute(f"INSERT INTO kernels_fts (rowid, name, raw_name) SELECT rowid, name, raw_name FROM kernels "
+               f"WHERE trace_id IN ({marks})", trace_ids)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def _device_row(dev: DeviceSummary) -> dict[str, Any]:
+    """The device's ``summary --json`` entry: scalars as columns, lists and dicts as JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in dev.to_json().items():
+        if key == "trace":
+            continue
+        out[key] = json.dumps(value, default=_json_default) if isinstance(value, (dict, list, tuple)) else value
+    return out
+
+
+def _with_device(df: pd.DataFrame, dev: DeviceSummary) -> pd.DataFrame:
+    return df.assign(rank=dev.rank, device=dev.device)
+
+
+def _insert_frame(db: sqlite_utils.Database, table: str, df: pd.DataFrame, trace_id: int) -> int:
+    """Rows of a DataFrame (plus ``trace_id``); columns the table lacks are added."""
+    if not len(df):
+        return 0
+    frame = df.assign(trace_id=trace_id)
+    front = [c for c in _SCHEMA[table] if c in frame.columns]
+    frame = frame[front + [c for c in frame.columns if c not in front]]
+    records = [{k: _plain(v) for k, v in rec.items()} for rec in frame.to_dict(orient="records")]
+    _t(db, table).insert_all(records, alter=True)
+    return len(records)
+
+
+def _plain(value: Any) -> Any:
+    """A value SQLite stores: numpy scalars to Python, NaN/NA to NULL, other objects to text."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+        return None if isinstance(value, float) and np.isnan(value) else value
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return json.dumps(value, default=_json_default) if isinstance(value, (dict, list, tuple)) else str(value)
+
+
+def _bulk(db: sqlite_utils.Database, table: str, columns: dict[str, Any]) -> int:
+    """Insert equally long columns (numpy arrays or lists) in one executemany: kernels can be millions of rows."""
+    names = list(columns)
+    lists = [np.asarray(v).tolist() if not isinstance(v, list) else v for v in columns.values()]
+    if not lists or not len(lists[0]):
+        return 0
+    sql = f"INSERT INTO [{table}] ({', '.join(f'[{n}]' for n in names)}) VALUES ({', '.join('?' for _ in names)})"
+    db.conn.executemany(sql, zip(*lists, strict=True))
+    return len(lists[0])
+
+
+def _strings(trace: Trace, table: Any, column: str) -> list[Any]:
+    if column not in table:
+        return [None] * len(table)
+    return trace.names(table[column]).tolist()
+
+
+def _steps_of(dev: DeviceSummary, starts: np.ndarray) -> np.ndarray:
+    """Step number of the step window holding each start (as the summary assigns collectives), -1 outside."""
+    from .analysis import intervals as iv
+
+    ps = dev.per_step
+    if not len(ps):
+        return np.full(len(starts), -1, dtype=np.int64)
+    row = iv.window_of(starts, ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64))
+    return np.where(row >= 0, ps["step"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+
+
+def _names(raw: list[str | None]) -> tuple[list[str | None], list[str | None]]:
+    """(raw name where it differs from the shown one, else None; shown name): mangled symbols demangled."""
+    from .render.formatting import display_names
+
+    shown = display_names(raw)
+    return [r if r != s else None for r, s in zip(raw, shown, strict=True)], shown
+
+
+def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int) -> int:
+    act = dev.activity
+    k, trace = act.kernels, act.trace
+    if not len(k):
+        return 0
+    start, end = k["start_ns"], k["end_ns"]
+    raw, names = _names(trace.names(k["name_id"]).tolist())
+    layer = dev.layering.kernel_layer() if dev.layering is not None else np.full(len(k), -1)
+    return _bulk(db, "kernels", {
+        "trace_id": np.full(len(k), trace_id), "rank": np.full(len(k), dev.rank), "device": np.full(len(k), dev.device),
+        "stream": k["stream"], "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
+        "raw_name": raw, "bucket": act.kernel_bucket.tolist(),
+        "subbucket": _strings(trace, k, "subbucket_id"), "precision": _strings(trace, k, "precision_id"),
+        "rule": _strings(trace, k, "rule_id"), "step": _steps_of(dev, start), "layer": layer,
+        "correlation": k["correlation"]})
+
+
+def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int) -> int:
+    act = dev.activity
+    m, trace = act.memops, act.trace
+    if not len(m):
+        return 0
+    start, end = m["start_ns"], m["end_ns"]
+    layer = dev.layering.layer_at(start) if dev.layering is not None else np.full(len(m), -1)
+    return _bulk(db, "memops", {
+        "trace_id": np.full(len(m), trace_id), "rank": np.full(len(m), dev.rank), "device": np.full(len(m), dev.device),
+        "stream": m["stream"], "start_ns": start, "end_ns": end, "duration_ns": end - start,
+        "kind": _strings(trace, m, "kind_id"), "copy_kind": _strings(trace, m, "copy_kind_id"),
+        "bytes": np.where(m["bytes"] >= 0, m["bytes"], -1), "name": _strings(trace, m, "name_id"),
+        "bucket": act.memop_bucket.tolist(), "step": _steps_of(dev, start), "layer": layer})
+
+
+def _collective_frame(summary: Summary, dev: DeviceSummary) -> pd.DataFrame:
+    from .analysis.collectives import with_transfer
+    from .findings.comm_rules import link_peak_gbps
+
+    if not len(dev.collectives):
+        return dev.collectives
+    cr = summary.cross_rank
+    c = with_transfer(dev.collectives, dev.rank, cr.per_collective if cr else None, link_peak_gbps(dev.name))
+    raw, names = _names(c["name"].tolist())
+    c = c.assign(name=names, raw_name=raw)
+    return _with_device(c.drop(columns=["compute_beside_ns"]), dev)
+
+
+def _insert_findings(db: sqlite_utils.Database, summary: Summary, run_id: int, trace_ids: dict[str, int]) -> int:
+    devices = {(d.rank, d.device): trace_ids[d.trace] for d in summary.devices}
+    single = next(iter(trace_ids.values())) if len(trace_ids) == 1 else None
+    records = []
+    for f in summary.findings:
+        rank, device = f.evidence.get("rank"), f.evidence.get("device")
+        key = (int(rank), int(device)) if isinstance(rank, (int, np.integer)) and \
+            isinstance(device, (int, np.integer)) else None
+        records.append({"run_id": run_id, "trace_id": devices.get(key, single) if key else single, "id": f.id,
+                        "title": f.title, "impact_ns_per_step": f.impact_ns_per_step,
+                        "impact_pct_of_step": f.impact_pct_of_step, "severity": f.severity,
+                        "recommendation": f.recommendation, "rank": key[0] if key else None,
+                        "device": key[1] if key else None,
+                        "evidence": json.dumps(f.evidence, allow_nan=False, default=_json_default)})
+    if records:
+        _t(db, "findings").insert_all(records)
+    return len(records)
