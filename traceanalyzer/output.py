@@ -80,30 +80,7 @@ def write_built(target: PathLike, build: Callable[[Path], None], *, inputs: Sequ
     if _plan(path, inputs) != "atomic":
         raise OutputError(path, "not a regular file (a database cannot go to stdout, a device or a FIFO)",
                           "give it a file name, e.g. -o analysis.db")
-    real = Path(os.path.realpath(path))
-    folder = real.parent
-    try:
-        if not folder.is_dir():
-            raise FileNotFoundError(errno.ENOENT, f"directory {folder} does not exist")
-        _remove_stale_temporaries(folder, real.name)
-        mode = stat.S_IMODE(os.stat(real).st_mode) if real.exists() else 0o666 & ~_umask()
-    except OSError as exc:
-        raise OutputError(path, _reason(exc)) from None
-    with _signals_raise():
-        tmp: str | None = None
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
-            os.close(fd)
-            build(Path(tmp))
-            os.chmod(tmp, mode)
-            os.replace(tmp, real)
-            tmp = None
-        except OSError as exc:
-            raise OutputError(path, _reason(exc)) from None
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+    _replace_with(path, lambda tmp: build(Path(tmp)), make_folder=False)
     return str(path)
 
 
@@ -199,10 +176,26 @@ def _write_in_place(path: Path, payload: bytes) -> None:
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
-    real = Path(os.path.realpath(path))  # through a symlink: replace its target, keep the link
+    def fill(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    _replace_with(path, fill, make_folder=True)
+
+
+def _replace_with(path: Path, fill: Callable[[str], None], *, make_folder: bool) -> None:
+    """Replace ``path`` (through a symlink: its target, keeping the link) by a temporary file beside it that
+    ``fill`` writes; the file keeps the old one's permissions; the temporary file never survives an error or a
+    signal. ``make_folder`` creates missing folders, else a missing folder is an error."""
+    real = Path(os.path.realpath(path))
     folder = real.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if make_folder:
+            folder.mkdir(parents=True, exist_ok=True)
+        elif not folder.is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"directory {folder} does not exist")
         _remove_stale_temporaries(folder, real.name)
         mode = stat.S_IMODE(os.stat(real).st_mode) if real.exists() else 0o666 & ~_umask()
     except OSError as exc:
@@ -211,10 +204,8 @@ def _write_atomic(path: Path, payload: bytes) -> None:
         tmp: str | None = None
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
+            os.close(fd)
+            fill(tmp)
             os.chmod(tmp, mode)
             os.replace(tmp, real)
             tmp = None
