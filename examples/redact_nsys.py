@@ -7,11 +7,13 @@ What it changes (every other table is left as nsys wrote it):
   * META_DATA_CAPTURE: environment variables, display name, working directory, user → '<redacted>'
   * META_DATA_EXPORT: EXPORT_USER, EXPORT_HOST and the input/output paths → '<redacted>'
   * ProcessStreams: the captured stdout/stderr text and file names (in StringIds) → '<redacted>', rows deleted
+  * StringIds: any string holding a process environment block (``OLDPWD=/ PATH=… HOME=…``) → '<redacted>'
 Then VACUUM, so the old values are not left in free pages.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -32,11 +34,26 @@ STATEMENTS: tuple[tuple[str, str], ...] = (
 )
 
 
+_ENV_ASSIGNMENT = re.compile(r"(?:^|[\s\x00])[A-Za-z_][A-Za-z0-9_]*=")  # NUL- or space-separated
+
+
+def looks_like_environment(value: object) -> bool:
+    """A string holding a process environment block (``OLDPWD=/ PATH=… HOME=…``): nsys keeps the launched
+    processes' environments in StringIds, where no table above reaches them."""
+    if not isinstance(value, str):
+        return False
+    return len(_ENV_ASSIGNMENT.findall(value)) >= 3 and any(k in value for k in ("PATH=", "HOME=", "PWD="))
+
+
 def redact(path: Path) -> list[str]:
     """Apply the statements whose table exists; returns what was done, one line per statement."""
     done: list[str] = []
     with sqlite3.connect(path) as db:
+        db.create_function("looks_like_environment", 1, looks_like_environment, deterministic=True)
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "StringIds" in tables:
+            cur = db.execute("UPDATE StringIds SET value = :r WHERE looks_like_environment(value)", {"r": REDACTED})
+            done.append(f"UPDATE StringIds (environment blocks): {cur.rowcount} rows")
         for table, sql in STATEMENTS:
             if table in tables:
                 cur = db.execute(sql, {"r": REDACTED} if ":r" in sql else {})

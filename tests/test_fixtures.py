@@ -194,3 +194,30 @@ def test_notebook_tour_runs_on_the_fixtures(capsys: pytest.CaptureFixture[str]):
     assert "layer_3" in out and "comm_cost_ms" in out
     assert "[exposed_communication]" in out and "report: prefill_serial.html" in out  # summary, findings, report
     assert "export: analysis.db {'runs': 1, 'traces': 2, 'devices': 2, 'kernels': 1368" in out
+
+
+def test_shipped_nsys_exports_hold_no_environment_block(tmp_path: Path) -> None:
+    """Every nsys export in fixtures/ went through examples/redact_nsys.py: no process environment block
+    (``OLDPWD=… PATH=…``, NUL-separated in StringIds) and no environment table values remain."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("redact_nsys", root / "examples" / "redact_nsys.py")
+    assert spec is not None and spec.loader is not None
+    redact = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(redact)
+    exports = sorted((root / "fixtures" / "nsys").glob("*.sqlite*"))
+    assert exports
+    for path in exports:
+        if path.suffix == ".xz":
+            plain = tmp_path / path.stem
+            plain.write_bytes(lzma.decompress(path.read_bytes()))
+            path = plain
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            values = [v for (v,) in db.execute("SELECT value FROM StringIds")]
+            env = [v for (v,) in db.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+                                            "('DeviceEnvironment', 'Hostname')")]
+        finally:
+            db.close()
+        assert not [v for v in values if redact.looks_like_environment(v)], path.name
+        assert all(v == redact.REDACTED for v in env), path.name
+    assert redact.looks_like_environment("OLDPWD=/\x00PATH=/usr/bin\x00HOME=/root")
