@@ -6,8 +6,9 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -35,6 +36,17 @@ _GPU_LOG = click.option("--gpu-log", type=_PATH, default=None,
 _WINDOW = click.option("--window", default=None, metavar="START:END",
                        help="Analyse only the activity starting in [START, END) seconds from the capture start "
                             "(nsys: its own clock; Kineto: the first event). nsys exports are filtered in SQLite.")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _analysis_options(fn: F) -> F:
+    """The options every command that runs the summary takes: --rules, -j, --step-range, --layer-pattern,
+    --gpu-log, --window (in that order in --help)."""
+    for option in (_WINDOW, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
+        fn = option(fn)
+    return fn
 
 
 def _emit_json(payload: Any, output: Path | None = None, inputs: tuple[Path | None, ...] = ()) -> None:
@@ -123,12 +135,7 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
                    "regex, so no --rules/--step-range/--layer-pattern/--gpu-log).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None, metavar="FILE",
               help="With --json: write the JSON to FILE (atomically; '-' = stdout) instead of stdout.")
-@_RULES
-@_JOBS
-@_STEP_RANGE
-@_LAYER_PATTERN
-@_GPU_LOG
-@_WINDOW
+@_analysis_options
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
             jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
@@ -181,12 +188,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
 @click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None,
               help="HTML file to write (default: reports/<first trace name>.html); '-' writes the HTML to stdout "
                    "and the terminal summary to stderr.")
-@_RULES
-@_JOBS
-@_STEP_RANGE
-@_LAYER_PATTERN
-@_GPU_LOG
-@_WINDOW
+@_analysis_options
 @click.option("--cdn", is_flag=True, help="Load plotly from its CDN instead of inlining it (smaller file).")
 def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jobs: int,
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None, cdn: bool) -> None:
@@ -217,12 +219,7 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="SQLite database to write (replaced atomically unless --append).")
 @click.option("--append", is_flag=True, help="Add this run to the database instead of replacing it (a history).")
-@_RULES
-@_JOBS
-@_STEP_RANGE
-@_LAYER_PATTERN
-@_GPU_LOG
-@_WINDOW
+@_analysis_options
 def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | None, jobs: int,
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
     """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
