@@ -56,12 +56,7 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     if cross is not None and runs:
         cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
                             "world_size": runs[0].world_size})
-    what_if = estimate_comm_free(run_traces, run_devices, cross)
-    if runs and runs[0].ranks_missing and len(runs[0].ranks) > 1:
-        # the given ranks may be waiting for the missing ones: transfer and wait cannot be told apart
-        what_if.details.update({"partial": True, "ranks_missing": runs[0].ranks_missing, "confidence": "low",
-                                "partial_note": f"{runs[0].ranks_missing} of {runs[0].world_size} ranks missing: "
-                                "the given ranks' collectives include waiting for ranks not in the trace"})
+    what_if = estimate_comm_free(run_traces, run_devices, cross)  # reads cross.extra["partial"]
     warnings = [_named(t.path, w) for t in trace_list for w in t.warnings]
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
     warnings += run_warnings(runs)

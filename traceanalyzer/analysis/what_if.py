@@ -385,5 +385,17 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
                                                                                         strict=True)])
     basis = _basis(int(step_host.sum()), int(step_saving.sum()))
     details.update(step_range(limiting, int(np.median(step_saving)), basis))
+    details.update(_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
+
+
+def _partial_run(cross_rank: CrossRankSummary | None) -> dict[str, Any]:
+    """Confidence low when ranks of the job are missing (``cross_rank.extra["partial"]``, from run identity):
+    the given ranks' collectives include waiting for ranks not in the trace, so transfer and wait blur."""
+    if cross_rank is None or not cross_rank.extra.get("partial"):
+        return {}
+    missing, world = cross_rank.extra.get("ranks_missing"), cross_rank.extra.get("world_size")
+    return {"partial": True, "ranks_missing": missing, "confidence": "low",
+            "partial_note": f"{missing} of {world} ranks missing: the given ranks' collectives include waiting "
+                            "for ranks not in the trace"}
 
