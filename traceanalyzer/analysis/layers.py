@@ -87,6 +87,8 @@ def _layer_index(names: np.ndarray) -> np.ndarray:
 
 
 def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.ndarray] | None:
+    if len(act.trace.ranges) == 0:
+        return None
     ranges = ranges_named(act, pattern=re.compile(pattern), kinds=("nvtx", "user_annotation",
                                                                    "gpu_user_annotation"))
     if len(ranges) == 0:

@@ -57,7 +57,9 @@ HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launc
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
-
+Columns = dict[str, np.ndarray]  # a table as named numpy columns of one length
+SAVING_COLUMNS = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
+                  "host_issue_ns", "slowed_ns", "gpu_reading_ns", "launch_bound", "collectives"]
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -150,7 +152,7 @@ def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
 
 
 def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
-               matched: pd.DataFrame | None) -> pd.DataFrame:
+               matched: pd.DataFrame | None) -> Columns:
     """The device's collectives with their host evidence, transfer and wait (one row per instance); the host
     columns are -1 (``source`` "none") where an instance is no kernel of the device (a peer copy)."""
     comm = np.flatnonzero(act.kernel_is_comm)
@@ -176,8 +178,8 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         m_row = by_start[pos] if len(m_start) else pos
         transfer = np.where(hit, matched["transfer_ns"].to_numpy(np.int64)[m_row] if len(m_start) else 0, own)
         wait = np.where(hit, matched["wait_ns"].to_numpy(np.int64)[m_row] if len(m_start) else 0, wait)
-    return pd.DataFrame({
-        "start_ns": start, "correlation": coll["correlation"].to_numpy(np.int64),
+    return {
+        "start_ns": start,
         "step": coll["step"].to_numpy(np.int64), "exposed_ns": coll["exposed_ns"].to_numpy(np.int64),
         "launch_bound": of_kernel(host.launch_bound, False).astype(bool),
         "latency_ns": of_kernel(_dependency_latency(act, host), 0).astype(np.int64),
@@ -190,22 +192,23 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         "call_op": of_kernel(host.call_op, -1).astype(np.int64),
         "kind": coll["kind"].astype(str).to_numpy() if "kind" in coll else np.full(len(start), ""),
         "transfer_ns": transfer.astype(np.int64), "wait_ns": wait.astype(np.int64),
-    })
+    }
 
 
-def _host_only_rows(calls: pd.DataFrame, first_id: int) -> pd.DataFrame:
+def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
     """Rows like :func:`_instances`' for collective calls that launched no kernel (CPU-side collectives): host time
     only — the issue reading is the shortest issuing range inside the call, the whole call its outermost range."""
     n = len(calls)
     ids = first_id + np.arange(n, dtype=np.int64)
     end = calls["end_ns"].to_numpy(np.int64)
     zero = np.zeros(n, dtype=np.int64)
-    return pd.DataFrame({
+    return {
         "start_ns": calls["start_ns"].to_numpy(np.int64), "step": calls["step"].to_numpy(np.int64),
         "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero,
         "issue_start_ns": end - calls["issue_ns"].to_numpy(np.int64), "issue_end_ns": end, "op": ids,
-        "source": "cpu_op", "call_start_ns": calls["start_ns"].to_numpy(np.int64), "call_end_ns": end,
-        "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero, "wait_ns": zero})
+        "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": calls["start_ns"].to_numpy(np.int64),
+        "call_end_ns": end, "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero,
+        "wait_ns": zero}
 
 
 def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
@@ -214,7 +217,7 @@ def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
     dur = coll["duration_ns"].to_numpy(np.int64)
     if len(coll) == 0:
         return np.zeros(0, dtype=np.int64)
-    codes = [pd.factorize(coll[k].astype(str).to_numpy())[0] for k in ("kind", "bytes", "name") if k in coll]
+    codes = [pd.factorize(coll[k].to_numpy())[0] for k in ("kind", "bytes", "name") if k in coll]
     order, first = _runs_of(*codes) if codes else (np.arange(len(dur)), np.zeros(1, dtype=np.int64))
     fast = np.empty(len(dur), dtype=np.float64)
     for lo, hi in zip(first.tolist(), [*first[1:].tolist(), len(order)], strict=True):
@@ -251,24 +254,22 @@ def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: np.ndarray) -> n
     return np.minimum(issue, cap).astype(np.int64)
 
 
-SAVING_COLUMNS = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-                  "host_issue_ns", "slowed_ns", "gpu_reading_ns", "launch_bound", "collectives"]
 
-
-def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = False) -> pd.DataFrame:
-    """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc). With
-    ``whole_call``, a collective's host time is its whole call (outermost issuing range) plus the CPU work slowed
-    right after it (``slowed_ns``), instead of NCCL's issue alone."""
+def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False) -> tuple[np.ndarray, Columns]:
+    """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc), as the
+    steps (sorted) and a column of each (``SAVING_COLUMNS``). ``rows``: :func:`_instances` columns (-1 where a
+    time or op is unknown). With ``whole_call``, a collective's host time is its whole call (outermost issuing
+    range) plus the CPU work slowed right after it (``slowed_ns``), instead of NCCL's issue alone."""
     op_col, start, end = ("call_op", "call_start_ns", "call_end_ns") if whole_call else \
         ("op", "issue_start_ns", "issue_end_ns")
 
     def column(name: str) -> np.ndarray:
-        return rows[name].to_numpy(np.int64)
+        return np.asarray(rows[name], dtype=np.int64)
 
     op = column(op_col)
     linked = op >= 0
-    b = np.where(linked, rows[end].fillna(-1).to_numpy(np.int64), -1)
-    a = np.where(linked, rows[start].fillna(-1).to_numpy(np.int64), -1)
+    b = np.where(linked, column(end), -1)
+    a = np.where(linked, column(start), -1)
     sync = host.sync_start_ns
     seg = np.where(linked, np.searchsorted(sync, b, side="right"), -1)
     seg_end = np.where(linked & (seg < len(sync)), sync[np.minimum(seg, max(len(sync) - 1, 0))]
@@ -280,11 +281,11 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     latency, transfer, exposed = column("latency_ns"), column("transfer_ns"), column("exposed_ns")
     step = column("step")
     parts = {
-        "issue_ns": np.where(first_of_op, _issue_capped(b - a, first_of_op, rows["kind"].to_numpy()), 0),
+        "issue_ns": np.where(first_of_op, _issue_capped(b - a, first_of_op, rows["kind"]), 0),
         "slowed_ns": np.where(first_of_op, slowed, 0),
         "gpu_ns": np.minimum(exposed, transfer) + latency, "latency_ns": latency, "exposed_ns": exposed,
         "wait_ns": column("wait_ns"), "transfer_ns": transfer,
-        "launch_bound": rows["launch_bound"].to_numpy(np.int64), "collectives": np.ones(len(op), dtype=np.int64),
+        "launch_bound": column("launch_bound"), "collectives": np.ones(len(op), dtype=np.int64),
     }
     keep = np.flatnonzero(step >= 0)
     # per (step, segment), in that order
@@ -308,9 +309,8 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     }
     # segments are in step order: each step's segments are one run
     step_first = np.flatnonzero(np.r_[True, seg_step[1:] != seg_step[:-1]]) if len(seg_step) else first[:0]
-    return pd.DataFrame({k: (np.add.reduceat(v, step_first) if len(step_first) else v).astype(np.int64)
-                         for k, v in per_seg.items()},
-                        index=pd.Index(seg_step[step_first], dtype=np.int64, name="step"), columns=SAVING_COLUMNS)
+    return seg_step[step_first], {k: (np.add.reduceat(v, step_first) if len(step_first) else v).astype(np.int64)
+                                  for k, v in per_seg.items()}
 
 
 def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
@@ -326,30 +326,30 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     host = host_evidence(trace, act)
     rows = _instances(dev, act, host, matched)
     if len(cpu_side):
-        first = int(max(rows["op"].max(), rows["call_op"].max(), -1)) + 1 if len(rows) else 0
-        rows = pd.concat([rows, _host_only_rows(cpu_side, first)], ignore_index=True) if len(rows) else \
-            _host_only_rows(cpu_side, first)
+        first = int(max(rows["op"].max(initial=-1), rows["call_op"].max(initial=-1))) + 1
+        extra = _host_only_rows(cpu_side, first)
+        rows = {c: np.concatenate([rows[c], v]) for c, v in extra.items()}
     # host work slowed right after each call, counted with the call's own host time (the first call of a start)
     call_start = calls["start_ns"].to_numpy(np.int64)
-    row = _first_match((rows["call_start_ns"].to_numpy(np.int64),), (call_start,))
-    row = np.where(rows["call_op"].to_numpy(np.int64) >= 0, row, -1)
+    row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (call_start,)), -1)
     slowed_after = host_slowed_after_calls(trace, act, calls) if len(call_start) else np.zeros(0, dtype=np.int64)
     rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)] if len(call_start) else 0, 0)
-    steps = _segment_savings(rows, host, whole_call=True)
-    idx = steps.index
-    # the same rows give the same steps (rows of step < 0 are left out alike): no reindexing needed
-    calls_only = _segment_savings(rows.assign(slowed_ns=0), host, whole_call=True)
-    issue_only = _segment_savings(rows, host)
+    idx, saving = _segment_savings(rows, host, whole_call=True)
+    # the same rows give the same steps (rows of step < 0 are left out alike)
+    calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(row), dtype=np.int64)}, host,
+                                  whole_call=True)[1]
+    issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    slowed = _contention(act, dev.per_step).reindex(idx).fillna(0).to_numpy()
-    busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
-    share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
+    steps = pd.DataFrame(saving, index=pd.Index(idx, dtype=np.int64, name="step"), columns=SAVING_COLUMNS)
+    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
+    busy = saving["transfer_ns"] + saving["wait_ns"]
+    share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     steps["contention_ns"] = contention
-    steps["as_profiled_ns"] = steps["saving_ns"] + contention
+    steps["as_profiled_ns"] = saving["saving_ns"] + contention
     steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
-    steps["gpu_reading_ns"] = steps["gpu_reading_ns"] + contention
+    steps["gpu_reading_ns"] = saving["gpu_reading_ns"] + contention
     steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
     steps["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
@@ -363,7 +363,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         "launch_bound_kernel_pct": _pct(int(host.launch_bound.sum()), int(linked.sum())),
         "comm_launch_bound_pct": _pct(int(host.launch_bound[comm].sum()), int(comm.sum())),
         "host_syncs": len(host.sync_start_ns),
-        "issue_source": _mode(rows["source"].to_numpy()) if len(rows) else "none",
+        "issue_source": _mode(rows["source"]) if len(rows["source"]) else "none",
         "calls_without_kernels": len(cpu_side),
     }
     per_step = dev.per_step
@@ -389,7 +389,8 @@ _DETAIL_COLUMNS = ("own_ns", "exposed_ns", "wait_ns", "host_issue_ns", "host_par
 def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
     if len(steps) == 0:
         return {**evidence, "note": "no collective inside a step window"}
-    med = {c: float(np.median(steps[c].to_numpy(np.float64))) for c in _DETAIL_COLUMNS}
+    med = dict(zip(_DETAIL_COLUMNS, np.median(steps[list(_DETAIL_COLUMNS)].to_numpy(np.float64), axis=0).tolist(),
+                   strict=True))
     return {
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
