@@ -112,14 +112,12 @@ def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.
     """Per step window: busy/idle, comm hidden/exposed and bucket unions inside the window."""
     ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     busy = iv.measure_within(act.busy, ws, we)
-    table = pd.DataFrame({
+    return pd.DataFrame({
         "step": steps["step"].to_numpy(np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
         "busy_ns": busy, "idle_ns": (we - ws) - busy, "comm_ns": iv.measure_within(act.comm, ws, we),
         "comm_hidden_ns": iv.measure_within(hidden, ws, we), "comm_exposed_ns": iv.measure_within(exposed, ws, we),
+        **{f"{bucket}_ns": iv.measure_within(u, ws, we) for bucket, u in sorted(sets.items())},
     })
-    for bucket, u in sorted(sets.items()):
-        table[f"{bucket}_ns"] = iv.measure_within(u, ws, we)
-    return table
 
 
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
@@ -151,14 +149,18 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
              whole_top: pd.DataFrame) -> tuple[dict[str, Any], pd.DataFrame]:
     """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
     window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
-    starting inside a step, each with its whole-window total beside it."""
+    starting inside a step, each with its whole-window total beside it. ``whole_top``: :func:`top_kernels` of all
+    the device's kernels (the steps' own when every kernel starts inside a step)."""
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     window_ns = iv.lengths_sum(windows)
-    busy = iv.intersect(act.busy, windows)
+    # one window over the whole span (no steps found, or one step) leaves every union of the device whole
+    whole_span = len(windows[0]) == 1 and (int(windows[0][0]), int(windows[1][0])) == act.span
+    busy = act.busy if whole_span else iv.intersect(act.busy, windows)
     busy_ns = iv.lengths_sum(busy)
-    exclusive = _exclusive(busy, {b: iv.intersect(u, windows) for b, u in sets.items()}, order)
+    exclusive = _exclusive(busy, sets if whole_span else {b: iv.intersect(u, windows) for b, u in sets.items()},
+                           order)
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
-    top = top_kernels(act, inside)
+    top = whole_top.copy() if inside.all() else top_kernels(act, inside)
     whole = dict(zip(whole_top["name"].tolist(), whole_top["total_ns"].tolist(), strict=True))
     top["window_total_ns"] = np.array([whole.get(n, 0) for n in top["name"].tolist()], dtype=np.int64) \
         if len(top) else []

@@ -280,11 +280,12 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
         confidence, evidence = "low", {"method": "none", "reason": "no step annotation and no regular repeating "
                                        "unit holding half of the kernel time"}
     # inside the device span: Kineto's µs-float GPU annotations can reach 1 ns beyond the first/last kernel
-    start = np.maximum(found["start_ns"].to_numpy(np.int64), lo)
-    end = np.minimum(found["end_ns"].to_numpy(np.int64), hi)
+    given_start, given_end = found["start_ns"].to_numpy(np.int64), found["end_ns"].to_numpy(np.int64)
+    start, end = np.maximum(given_start, lo), np.minimum(given_end, hi)
     keep = end > start
     source = str(found["source"].iloc[0])  # one source per frame
-    found = _frame(found["step"].to_numpy(np.int64)[keep], start[keep], end[keep], source)
+    if not (keep.all() and np.array_equal(start, given_start) and np.array_equal(end, given_end)):
+        found = _frame(found["step"].to_numpy(np.int64)[keep], start[keep], end[keep], source)
     return StepStructure(found, source if len(found) else "none", confidence, evidence)
 
 

@@ -167,17 +167,20 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     def of_kernel(values: np.ndarray, missing: Any) -> np.ndarray:
         return np.where(has_ev, values[row], missing) if len(values) else np.full(len(ev), missing)
 
-    duration = coll["duration_ns"].to_numpy(np.int64)
-    own = _own_transfer(coll)
-    transfer, wait = own, duration - own
-    if matched is not None and len(start):
+    # transfer and wait: from the cross-rank match, else from this rank alone (computed only when needed)
+    hit = np.zeros(len(start), dtype=bool)
+    transfer = wait = np.zeros(len(start), dtype=np.int64)
+    if matched is not None and len(start) and len(matched):
         m_start = matched["start_ns"].to_numpy(np.int64)  # unique
         by_start = np.argsort(m_start, kind="stable")
-        pos = np.minimum(np.searchsorted(m_start[by_start], start), max(len(m_start) - 1, 0))
-        hit = (m_start[by_start][pos] == start) if len(m_start) else np.zeros(len(start), dtype=bool)
-        m_row = by_start[pos] if len(m_start) else pos
-        transfer = np.where(hit, matched["transfer_ns"].to_numpy(np.int64)[m_row] if len(m_start) else 0, own)
-        wait = np.where(hit, matched["wait_ns"].to_numpy(np.int64)[m_row] if len(m_start) else 0, wait)
+        pos = np.minimum(np.searchsorted(m_start[by_start], start), len(m_start) - 1)
+        hit = m_start[by_start][pos] == start
+        transfer = matched["transfer_ns"].to_numpy(np.int64)[by_start[pos]]
+        wait = matched["wait_ns"].to_numpy(np.int64)[by_start[pos]]
+    if not hit.all():
+        own = _own_transfer(coll)
+        transfer = np.where(hit, transfer, own)
+        wait = np.where(hit, wait, coll["duration_ns"].to_numpy(np.int64) - own)
     return {
         "start_ns": start,
         "step": coll["step"].to_numpy(np.int64), "exposed_ns": coll["exposed_ns"].to_numpy(np.int64),
@@ -319,24 +322,27 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     the device has neither collectives nor collective calls without kernels."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
         else gather(trace, dev.rank, dev.device)
-    calls = collective_calls(trace, act)
-    cpu_side = host_only_in_steps(trace, act, dev.per_step, calls)
-    if len(dev.collectives) == 0 and len(cpu_side) == 0:
+    # collective calls are CPU ranges: a trace without ranges has none
+    calls = collective_calls(trace, act) if len(trace.ranges) else None
+    cpu_side = host_only_in_steps(trace, act, dev.per_step, calls) if calls is not None else None
+    if len(dev.collectives) == 0 and (cpu_side is None or len(cpu_side) == 0):
         return None
     host = host_evidence(trace, act)
     rows = _instances(dev, act, host, matched)
-    if len(cpu_side):
+    if cpu_side is not None and len(cpu_side):
         first = int(max(rows["op"].max(initial=-1), rows["call_op"].max(initial=-1))) + 1
         extra = _host_only_rows(cpu_side, first)
         rows = {c: np.concatenate([rows[c], v]) for c, v in extra.items()}
     # host work slowed right after each call, counted with the call's own host time (the first call of a start)
-    call_start = calls["start_ns"].to_numpy(np.int64)
-    row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (call_start,)), -1)
-    slowed_after = host_slowed_after_calls(trace, act, calls) if len(call_start) else np.zeros(0, dtype=np.int64)
-    rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)] if len(call_start) else 0, 0)
+    rows["slowed_ns"] = np.zeros(len(rows["call_op"]), dtype=np.int64)
+    if calls is not None and len(calls):
+        row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (calls["start_ns"].to_numpy(),)),
+                       -1)
+        slowed_after = host_slowed_after_calls(trace, act, calls)
+        rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)], 0)
     idx, saving = _segment_savings(rows, host, whole_call=True)
     # the same rows give the same steps (rows of step < 0 are left out alike)
-    calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(row), dtype=np.int64)}, host,
+    calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(rows["call_op"]), dtype=np.int64)}, host,
                                   whole_call=True)[1]
     issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
@@ -364,7 +370,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         "comm_launch_bound_pct": _pct(int(host.launch_bound[comm].sum()), int(comm.sum())),
         "host_syncs": len(host.sync_start_ns),
         "issue_source": _mode(rows["source"]) if len(rows["source"]) else "none",
-        "calls_without_kernels": len(cpu_side),
+        "calls_without_kernels": len(cpu_side) if cpu_side is not None else 0,
     }
     per_step = dev.per_step
     if len(per_step) and {"duration_ns", "idle_ns"} <= set(per_step.columns):
@@ -389,8 +395,8 @@ _DETAIL_COLUMNS = ("own_ns", "exposed_ns", "wait_ns", "host_issue_ns", "host_par
 def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
     if len(steps) == 0:
         return {**evidence, "note": "no collective inside a step window"}
-    med = dict(zip(_DETAIL_COLUMNS, np.median(steps[list(_DETAIL_COLUMNS)].to_numpy(np.float64), axis=0).tolist(),
-                   strict=True))
+    medians = np.median(steps.to_numpy(np.float64), axis=0)  # every column is numeric
+    med = dict(zip(_DETAIL_COLUMNS, medians[steps.columns.get_indexer(list(_DETAIL_COLUMNS))].tolist(), strict=True))
     return {
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),

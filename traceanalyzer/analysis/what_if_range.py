@@ -45,11 +45,10 @@ def weigh_profiler(steps: pd.DataFrame, trace: Trace, dev: DeviceSummary) -> Non
     ``MARGINAL_RATIO[1]`` ×: the host reading as profiled (``as_profiled_ns``); linear between. Only steps whose
     host reading won a segment are weighed."""
     idx = steps.index.to_numpy(np.int64)
-    events = host_events(trace, dev)
-    counts = events.to_numpy(np.int64)
+    known, counts = _host_event_counts(trace, dev)
     if len(counts):
-        order = np.argsort(events.index.to_numpy(np.int64), kind="stable")
-        known = events.index.to_numpy(np.int64)[order]
+        order = np.argsort(known, kind="stable")
+        known = known[order]
         pos = np.minimum(np.searchsorted(known, idx), len(known) - 1)
         counts = np.where(known[pos] == idx, counts[order][pos], 0)
     else:
@@ -74,9 +73,15 @@ def weigh_profiler(steps: pd.DataFrame, trace: Trace, dev: DeviceSummary) -> Non
 def host_events(trace: Trace, dev: DeviceSummary) -> pd.Series:
     """Per step (index: step): the rank's host events a profiler records — Kineto ``cpu_op`` ranges and CUDA API
     calls — starting in the step window."""
+    steps, counts = _host_event_counts(trace, dev)
+    return pd.Series(counts, index=steps, dtype=np.int64) if len(steps) else pd.Series(dtype=np.int64)
+
+
+def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`host_events` as arrays: the step ids and the count of each."""
     per = dev.per_step
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
-        return pd.Series(dtype=np.int64)
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
     r, api = trace.ranges, trace.api_calls
     cpu_op = trace.strings.get("cpu_op")
@@ -85,7 +90,7 @@ def host_events(trace: Trace, dev: DeviceSummary) -> pd.Series:
         starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
     events = np.sort(np.concatenate(starts)) if starts else np.empty(0, dtype=np.int64)
     counts = np.searchsorted(events, we) - np.searchsorted(events, ws)
-    return pd.Series(counts, index=per["step"].to_numpy(np.int64), dtype=np.int64)
+    return per["step"].to_numpy(np.int64), counts.astype(np.int64)
 
 
 def upper_readings(steps: pd.DataFrame, per_step: pd.DataFrame) -> None:
