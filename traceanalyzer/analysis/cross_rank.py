@@ -76,7 +76,7 @@ def _ordinals_of(start: np.ndarray, by: list[np.ndarray]) -> np.ndarray:
     """:func:`_ordinals` of columns: the group of a row is its values in ``by``."""
     codes = np.zeros(len(start), dtype=np.int64)
     for column in by:
-        part, uniques = pd.factorize(column)
+        part, uniques = pd.factorize(column, use_na_sentinel=False)
         codes = codes * max(len(uniques), 1) + part
     order = np.argsort(start, kind="stable")
     out = np.empty(len(start), dtype=np.int64)
@@ -150,10 +150,21 @@ def _keys(frames: list[pd.DataFrame], comparable: bool, named_steps: bool
     steps = [set(f.loc[f["step"] >= 0, "step"].tolist()) for f in frames]
     if named_steps and all(steps) and set.intersection(*steps):
         return [f[f["step"] >= 0] for f in frames], ["kind", "step", "step_ordinal"], "step+ordinal"
-    out = [frames[0].assign(aligned=_start_order_positions(frames[0]))]
-    for f in frames[1:]:
-        out.append(f.assign(aligned=_start_order_positions(f, _best_shift(frames[0], f, comparable))))
-    return out, ["kind", "aligned"], "ordinal+offset"
+    shifts = [0] + [_best_shift(frames[0], f, comparable) for f in frames[1:]]
+    for f, shift in zip(frames, shifts, strict=True):  # the frames are this module's own (_prepare)
+        f["aligned"] = _start_order_positions(f, shift)
+    return frames, ["kind", "aligned"], "ordinal+offset"
+
+
+def _first_of_each_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``frame.drop_duplicates(subset=keys)``: the first row of each key, in frame order (the frame itself when
+    every key is distinct)."""
+    codes = np.zeros(len(frame), dtype=np.int64)
+    for key in keys:
+        part, uniques = pd.factorize(frame[key].to_numpy(), use_na_sentinel=False)
+        codes = pd.factorize(codes * max(len(uniques), 1) + part)[0].astype(np.int64)
+    first = np.unique(codes, return_index=True)[1]
+    return frame if len(first) == len(frame) else frame.iloc[np.sort(first)]
 
 
 def _shared_codes(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray]:
@@ -173,7 +184,7 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
     frames = [_prepare(d, None if clocks is None else clocks.get(d.trace)) for d in devices]
     named = all(d.step_source.startswith(NAMED_STEP_SOURCES) for d in devices)
     frames, keys, method = _keys(frames, clocks is not None, named)
-    frames = [f.drop_duplicates(subset=keys) for f in frames]
+    frames = [_first_of_each_key(f, keys) for f in frames]
     codes = _shared_codes(frames, keys)
     n_codes = int(max((c.max() for c in codes if len(c)), default=-1)) + 1
     ranks_with = np.zeros(n_codes, dtype=np.int64)
