@@ -158,7 +158,8 @@ class Trace:
 
     def __post_init__(self) -> None:
         for name in TABLES:
-            self.tables.setdefault(name, Table.empty(name))
+            if name not in self.tables:  # an empty table only where one is missing (not built and thrown away)
+                self.tables[name] = Table.empty(name)
 
     # -- convenient access -------------------------------------------------------------------
     @property

@@ -58,8 +58,6 @@ NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
 Columns = dict[str, np.ndarray]  # a table as named numpy columns of one length
-SAVING_COLUMNS = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-                  "host_issue_ns", "slowed_ns", "gpu_reading_ns", "launch_bound", "collectives"]
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -260,7 +258,7 @@ def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: np.ndarray) -> n
 
 def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False) -> tuple[np.ndarray, Columns]:
     """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc), as the
-    steps (sorted) and a column of each (``SAVING_COLUMNS``). ``rows``: :func:`_instances` columns (-1 where a
+    steps (sorted) and one column per step of each. ``rows``: :func:`_instances` columns (-1 where a
     time or op is unknown). With ``whole_call``, a collective's host time is its whole call (outermost issuing
     range) plus the CPU work slowed right after it (``slowed_ns``), instead of NCCL's issue alone."""
     op_col, start, end = ("call_op", "call_start_ns", "call_end_ns") if whole_call else \
@@ -347,17 +345,18 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    steps = pd.DataFrame(saving, index=pd.Index(idx, dtype=np.int64, name="step"), columns=SAVING_COLUMNS)
-    slowed = _contention(act, dev.per_step).reindex(steps.index).fillna(0).to_numpy()
+    step_index = pd.Index(idx, dtype=np.int64, name="step")
+    by_step = _contention(act, dev.per_step)
+    slowed = by_step.reindex(step_index).fillna(0).to_numpy() if len(by_step) else np.zeros(len(idx))
     busy = saving["transfer_ns"] + saving["wait_ns"]
     share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    steps["contention_ns"] = contention
-    steps["as_profiled_ns"] = saving["saving_ns"] + contention
-    steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
-    steps["gpu_reading_ns"] = saving["gpu_reading_ns"] + contention
-    steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
-    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
+    steps = pd.DataFrame({
+        **saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
+        "as_profiled_ns": saving["saving_ns"] + contention,
+        "calls_only_ns": (calls_only["saving_ns"] + contention).astype(np.int64),
+        "nccl_issue_ns": issue_only["host_issue_ns"].astype(np.int64),
+        "issue_only_own_ns": (issue_only["saving_ns"] + contention).astype(np.int64)}, index=step_index)
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
     # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
     weigh_profiler(steps, trace, dev)
