@@ -62,9 +62,11 @@ def _kinds(pool: list[str], sub_ids: np.ndarray, name_ids: np.ndarray) -> np.nda
     """``kind_of`` per row, evaluated once per distinct (subbucket, name) pair."""
     if len(name_ids) == 0:
         return np.empty(0, dtype=object)
-    pairs, inverse = np.unique(np.c_[sub_ids, name_ids].astype(np.int64), axis=0, return_inverse=True)
-    kinds = np.array([kind_of(pool[s] if s >= 0 else None, pool[n] if n >= 0 else None) for s, n in pairs],
-                     dtype=object)
+    sub, name = np.asarray(sub_ids, dtype=np.int64), np.asarray(name_ids, dtype=np.int64)
+    # one int64 per (subbucket, name) pair of string ids (each ≥ -1 and below 2^31)
+    _, first, inverse = np.unique(((sub + 1) << 32) | (name + 1), return_index=True, return_inverse=True)
+    kinds = np.array([kind_of(pool[s] if s >= 0 else None, pool[n] if n >= 0 else None)
+                      for s, n in zip(sub[first].tolist(), name[first].tolist(), strict=True)], dtype=object)
     return kinds[inverse.ravel()]
 
 

@@ -77,7 +77,8 @@ class Layers:
 
 
 def _empty(act: DeviceActivity) -> Layers:
-    return Layers(pd.DataFrame(columns=LAYER_COLUMNS), np.full(len(act.kernels), -1, dtype=np.int64), "none")
+    table = pd.DataFrame({c: np.empty(0, dtype=object) for c in LAYER_COLUMNS})  # as DataFrame(columns=...)
+    return Layers(table, np.full(len(act.kernels), -1, dtype=np.int64), "none")
 
 
 def _layer_index(names: np.ndarray) -> np.ndarray:

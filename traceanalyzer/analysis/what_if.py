@@ -47,11 +47,7 @@ from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
-from .what_if_range import (
-    step_range,
-    upper_readings,
-    weigh_profiler,
-)
+from .what_if_range import profiler_weighing, step_range, upper_bounds
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
@@ -351,16 +347,19 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     busy = saving["transfer_ns"] + saving["wait_ns"]
     share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    steps = pd.DataFrame({
+    columns = {
         **saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
         "as_profiled_ns": saving["saving_ns"] + contention,
         "calls_only_ns": (calls_only["saving_ns"] + contention).astype(np.int64),
         "nccl_issue_ns": issue_only["host_issue_ns"].astype(np.int64),
-        "issue_only_own_ns": (issue_only["saving_ns"] + contention).astype(np.int64)}, index=step_index)
+        "issue_only_own_ns": (issue_only["saving_ns"] + contention).astype(np.int64)}
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
     # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
-    weigh_profiler(steps, trace, dev)
-    upper_readings(steps, dev.per_step)
+    columns.update(profiler_weighing(idx, trace, dev, columns["host_part_ns"], columns["as_profiled_ns"],
+                                     columns["gpu_reading_ns"]))
+    columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
+                                columns["host_part_ns"], columns["as_profiled_ns"]))
+    steps = pd.DataFrame(columns, index=step_index)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
