@@ -56,6 +56,8 @@ from .what_if_range import (
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
+#: One rank's what-if inputs: per step its own communication cost and parts (ns), and its evidence.
+RankCosts = tuple[pd.DataFrame, dict[str, Any]]
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
 
 
@@ -121,7 +123,7 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
     return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
 
 
-def _cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
+def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
     """``(start_ns, transfer_ns, wait_ns)`` of this rank's matched instances, or None without cross-rank data."""
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
@@ -253,8 +255,7 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
 
-def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
-                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None) -> RankCosts | None:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
     the device has neither collectives nor collective calls without kernels."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
@@ -335,8 +336,9 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
 
 def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
                        cross_rank: CrossRankSummary | None) -> WhatIf:
-    """Step-time saving if communication were free (see the module doc for the method)."""
-    ranks: dict[int, tuple[pd.DataFrame, dict[str, Any]]] = {}
+    """Step-time saving if communication were free (see the module doc for the method): each rank's costs
+    (:func:`rank_comm_costs`, the first of its devices that has any) combined by :func:`combine_comm_free`."""
+    ranks: dict[int, RankCosts] = {}
     by_path: dict[str, Trace] = {}
     for t in traces:  # the first trace of each path, looked up once per device (not a scan per device)
         by_path.setdefault(t.path, t)
@@ -344,9 +346,38 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
         trace = by_path.get(dev.trace, traces[0] if len(traces) == 1 else None)
         if trace is None or dev.rank in ranks:
             continue
-        steps = _rank_steps(trace, dev, _cross_rank_columns(cross_rank, dev.rank))
+        steps = rank_comm_costs(trace, dev, cross_rank)
         if steps is not None:
             ranks[dev.rank] = steps
+    return combine_comm_free(ranks, devices, cross_rank)
+
+
+def trace_comm_costs(trace: Trace, devices: list[DeviceSummary], cross_rank: CrossRankSummary | None,
+                     columns: dict[int, pd.DataFrame | None] | None = None) -> dict[int, RankCosts]:
+    """:func:`rank_comm_costs` of each rank of one trace: its first device (in order) that has any. Where the
+    trace lives (a Dask worker), with the cross-rank ``columns`` of its ranks (:func:`cross_rank_columns`) instead
+    of the whole cross-rank table; :func:`estimate_comm_free` takes the first trace's costs of each rank."""
+    out: dict[int, RankCosts] = {}
+    for dev in devices:
+        if dev.rank in out:
+            continue
+        matched = columns.get(dev.rank) if columns is not None else cross_rank_columns(cross_rank, dev.rank)
+        steps = _rank_steps(trace, dev, matched)
+        if steps is not None:
+            out[dev.rank] = steps
+    return out
+
+
+def rank_comm_costs(trace: Trace, dev: DeviceSummary, cross_rank: CrossRankSummary | None) -> RankCosts | None:
+    """Per step of one rank: its own communication cost and its parts, with its evidence (None when the device
+    has neither collectives nor collective calls without kernels)."""
+    return _rank_steps(trace, dev, cross_rank_columns(cross_rank, dev.rank))
+
+
+def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
+                      cross_rank: CrossRankSummary | None) -> WhatIf:
+    """The what-if from each rank's costs (:func:`rank_comm_costs`): per step, the cost of the rank the others
+    wait for; the median over steps."""
     if not ranks:
         has_steps = any(d.steps for d in devices)
         return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})
