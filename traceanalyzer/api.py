@@ -73,25 +73,39 @@ def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
     warning. Files with distinct ranks are returned unchanged, and so are files whose ranks torch.distributed
     stated (``distributedInfo``): colliding stated ranks are rank files of different runs, which the summary
     tells apart."""
-    ranks = [sorted(set(t.ranks)) for t in traces]
-    flat = [r for rs in ranks for r in rs]
-    if len(traces) < 2 or (len(flat) == len(set(flat)) and -1 not in flat):
+    plan = rank_plan([rank_facts(t) for t in traces])
+    if plan is None:
         return traces
+    return [renumbered(t, new_rank, note) for t, (new_rank, note) in zip(traces, plan, strict=True)]
+
+
+def rank_facts(trace: Trace) -> tuple[list[int], bool]:
+    """What :func:`rank_plan` reads of a trace: its distinct ranks, and whether torch.distributed stated them."""
+    return sorted(set(trace.ranks)), bool(trace.capabilities.get("has_distributed_info"))
+
+
+def rank_plan(facts: list[tuple[list[int], bool]]) -> list[tuple[int, str]] | None:
+    """(new rank, warning) per file when the files' ranks must be renumbered (:func:`assign_ranks_across_files`),
+    else None."""
+    ranks = [rs for rs, _ in facts]
+    flat = [r for rs in ranks for r in rs]
+    if len(facts) < 2 or (len(flat) == len(set(flat)) and -1 not in flat):
+        return None
     if any(len(rs) != 1 for rs in ranks):
-        return traces  # several processes per file: keep the loaders' ranks (they came from the file itself)
-    if -1 not in flat and all(t.capabilities.get("has_distributed_info") for t in traces):
-        return traces  # ranks stated by torch.distributed: a collision means several runs (analysis.runs)
-    out: list[Trace] = []
-    for new_rank, trace in enumerate(traces):
-        renumbered = trace
-        for name, table in trace.tables.items():
-            if "rank" in table and len(table):
-                renumbered = renumbered.with_table(name, table.with_columns(
-                    rank=np.full(len(table), new_rank, dtype=np.int32)))
-        note = f"rank {new_rank} assigned from file order (the files' own ranks collide: {flat})"
-        out.append(replace(renumbered, devices=[replace(d, rank=new_rank) for d in trace.devices],
-                           warnings=[*trace.warnings, note]))
-    return out
+        return None  # several processes per file: keep the loaders' ranks (they came from the file itself)
+    if -1 not in flat and all(stated for _, stated in facts):
+        return None  # ranks stated by torch.distributed: a collision means several runs (analysis.runs)
+    return [(new_rank, f"rank {new_rank} assigned from file order (the files' own ranks collide: {flat})")
+            for new_rank in range(len(facts))]
+
+
+def renumbered(trace: Trace, new_rank: int, note: str) -> Trace:
+    """The trace with every table's rank (and its devices') set to ``new_rank``, and ``note`` as a warning."""
+    out = trace
+    for name, table in trace.tables.items():
+        if "rank" in table and len(table):
+            out = out.with_table(name, table.with_columns(rank=np.full(len(table), new_rank, dtype=np.int32)))
+    return replace(out, devices=[replace(d, rank=new_rank) for d in trace.devices], warnings=[*trace.warnings, note])
 
 
 def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
