@@ -44,7 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A scheduler and two single-threaded worker processes started with ``dask scheduler`` / ``dask worker``."""
     tmp = tmp_path_factory.mktemp("dask")
     scheduler_file = tmp / "scheduler.json"
-    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
     procs = [subprocess.Popen(_dask_cli("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                         "--scheduler-file", str(scheduler_file)),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)]
