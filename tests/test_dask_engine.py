@@ -22,11 +22,11 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from traceanalyzer.errors import BadInputError, OutputError  # noqa: E402
-from traceanalyzer.pipeline import summary  # noqa: E402
+from traceanalyzer.errors import BadInputError, OutputError
+from traceanalyzer.pipeline import summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from gen_ranks import replicate_files  # noqa: E402
+from gen_ranks import replicate_files
 
 REPO = Path(__file__).resolve().parents[1]
 EAGER = sorted((REPO / "fixtures" / "kineto" / "tp2_decode_eager").glob("rank*.json.gz"))
