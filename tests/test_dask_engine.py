@@ -148,3 +148,20 @@ def test_errors_cross_processes_as_raised() -> None:
         assert type(back) is type(error) and str(back) == str(error)
         assert (back.path, back.problem, back.hint, back.exit_code) == (error.path, error.problem, error.hint,
                                                                         error.exit_code)
+
+
+def test_colliding_ranks_are_renumbered_as_locally(cluster: str, tmp_path: Path) -> None:
+    """Rank files without torch.distributed's rank (all rank 0): the driver renumbers them by file order on the
+    workers, as the local engine does, before the analysis."""
+    import gzip
+
+    doc = json.loads(gzip.decompress(EAGER[0].read_bytes()))
+    doc.pop("distributedInfo", None)
+    for i in range(3):
+        (tmp_path / f"part{i}.json").write_text(json.dumps(doc))
+    local = _cli("summary", "--json", str(tmp_path))
+    on_dask = _cli("summary", "--json", "--engine", "dask", "--scheduler", cluster, str(tmp_path))
+    assert local.returncode == on_dask.returncode == 0, on_dask.stderr
+    assert on_dask.stdout == local.stdout
+    assert [d["rank"] for d in json.loads(on_dask.stdout)["devices"]] == [0, 1, 2]
+    assert "assigned from file order" in on_dask.stdout

@@ -113,13 +113,20 @@ def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
     if any(len(t.kernels) for t in traces):
         return
     where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
-    raise EmptyTraceError(where, "no kernel activity in the trace", _empty_hint(list(traces)))
+    raise empty_trace_error(where, any(lacks_kernel_table(t) for t in traces))
 
 
-def _empty_hint(traces: list[Trace]) -> str:
-    if any(t.format == "nsys-sqlite" and not t.capabilities.get("has_kernel_table", True) for t in traces):
-        return "the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
-    return "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)"
+def empty_trace_error(where: PathLike, no_kernel_table: bool) -> EmptyTraceError:
+    """The error for inputs without kernel activity; ``no_kernel_table``: an nsys export without its table."""
+    hint = ("the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
+            if no_kernel_table else
+            "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)")
+    return EmptyTraceError(where, "no kernel activity in the trace", hint)
+
+
+def lacks_kernel_table(trace: Trace) -> bool:
+    """An nsys export without its kernel table (captured without -t cuda)."""
+    return trace.format == "nsys-sqlite" and not trace.capabilities.get("has_kernel_table", True)
 
 
 NO_KERNEL_TABLE_HINT = "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
-from .api import classified, rank_facts, rank_plan, renumbered
-from .errors import BadInputError, EmptyTraceError
+from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
+from .errors import BadInputError
 from .loaders import expand_paths, load_one
 from .loaders.limits import Window, parse_window
 from .stages import TracePart, analyze_trace, reduce_parts
@@ -65,21 +65,22 @@ def summarize_on_dask(paths: Sequence[PathLike], *, scheduler: str | None = None
         loaded = [client.submit(_load, f, rules_path, win, pure=False) for f in files]
         if skipped and loaded:  # said once, with the first trace's warnings (as the local engine)
             loaded[0] = client.submit(_with_warnings, loaded[0], skipped, pure=False)
-        facts = client.gather([client.submit(_facts, t, pure=False) for t in loaded])
+        facts_f = [client.submit(_facts, t, pure=False) for t in loaded]
+        full = [client.submit(analyze_trace, t, opts, pure=False) for t in loaded]  # ranks as loaded, mostly kept
+        facts = client.gather(facts_f)
         plan = rank_plan([f["ranks"] for f in facts])
-        if plan is not None:
+        if plan is not None:  # colliding ranks without torch.distributed's word: renumbered by file order first
+            client.cancel(full)
             loaded = [client.submit(renumbered, t, new_rank, note, pure=False)
                       for t, (new_rank, note) in zip(loaded, plan, strict=True)]
+            full = [client.submit(analyze_trace, t, opts, pure=False) for t in loaded]
         if not any(f["kernels"] for f in facts):
-            where = files[0] if len(files) == 1 else ", ".join(str(p) for p in paths)
-            no_table = any(f["format"] == "nsys-sqlite" and not f["has_kernel_table"] for f in facts)
-            raise EmptyTraceError(where, "no kernel activity in the trace",
-                                  "the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node "
-                                  "for CUDA graphs)" if no_table else "profile with CUDA activity enabled (nsys -t "
-                                  "cuda; torch.profiler with ProfilerActivity.CUDA)")
-        full = [client.submit(analyze_trace, t, opts, pure=False) for t in loaded]
-        parts: list[TracePart] = client.gather([client.submit(_compact, p, pure=False) for p in full])
-        return reduce_parts(parts, opts, DaskTraceWork(client, loaded, full, parts, opts))
+            raise empty_trace_error(files[0] if len(files) == 1 else ", ".join(str(p) for p in paths),
+                                    any(f["no_kernel_table"] for f in facts))
+        compact = [client.submit(_compact, p, pure=False) for p in full]
+        work = DaskTraceWork(client, loaded, full, opts)  # starts the findings evidence: no cross-rank input
+        work.parts = client.gather(compact)
+        return reduce_parts(work.parts, opts, work)
 
 
 @contextmanager
@@ -118,11 +119,13 @@ class DaskTraceWork:
     """:class:`~traceanalyzer.stages.TraceWork` where each trace lives on a worker: the what-if costs and the
     findings evidence are computed there, from the trace and its full part; only their compact results travel."""
 
-    def __init__(self, client: Client, traces: list[Future[Any]], full_parts: list[Future[Any]], parts: list[TracePart],
+    def __init__(self, client: Client, traces: list[Future[Any]], full_parts: list[Future[Any]],
                  options: SummaryOptions) -> None:
-        self.client, self.traces, self.full_parts, self.parts = client, traces, full_parts, parts
-        self.options = options
+        self.client, self.traces, self.full_parts, self.options = client, traces, full_parts, options
+        self.parts: list[TracePart] = []  # the compact parts, once gathered
         self._evidence: list[Future[Any]] | None = None
+        if options.findings:
+            self._submit_evidence()
 
     def _submit_evidence(self) -> list[Future[Any]]:
         if self._evidence is None:
@@ -139,9 +142,7 @@ class DaskTraceWork:
             if part.header.path not in run_paths:
                 continue
             columns = {d.rank: cross_rank_columns(cross, d.rank) for d in part.devices}
-            futures.append(self.client.submit(_comm_costs, trace, full, columns, pure=False))
-        if self.options.findings:  # independent of the what-if: computed meanwhile
-            self._submit_evidence()
+            futures.append(self.client.submit(_comm_costs, trace, full, columns, pure=False, priority=1))
         ranks: dict[int, RankCosts] = {}
         for costs in self.client.gather(futures):  # the first trace's costs of each rank, as the local engine
             for rank, value in costs.items():
@@ -167,8 +168,7 @@ def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:
 
 
 def _facts(trace: Trace) -> dict[str, Any]:
-    return {"ranks": rank_facts(trace), "kernels": len(trace.kernels), "format": trace.format,
-            "has_kernel_table": bool(trace.capabilities.get("has_kernel_table", True))}
+    return {"ranks": rank_facts(trace), "kernels": len(trace.kernels), "no_kernel_table": lacks_kernel_table(trace)}
 
 
 def _compact(part: TracePart) -> TracePart:
