@@ -5,12 +5,11 @@
 Inputs: real rank traces replicated to N ranks (``gen_ranks.replicate``, into ``--workdir``; never committed).
 For each N, in turn:
 
-* local: ``traceanalyzer summary -j W --json DIR`` as a child process; wall time, CPU and peak RSS from
-  ``os.wait4`` (the largest of the command and its loader workers);
+* local: ``traceanalyzer summary -j W --json DIR`` as a child process (under GNU time); wall time, CPU and peak
+  RSS (the largest of the command and its loader workers);
 * dask: a fresh ``dask scheduler`` and ``dask worker --nworkers W --nthreads 1`` (the same cores), then
   ``traceanalyzer summary --engine dask --scheduler ADDR --json DIR`` as a child: wall, CPU and peak RSS of the
-  driver from ``os.wait4``; each worker's peak RSS read on the worker after the run (``ru_maxrss``), and the
-  scheduler's.
+  driver (GNU time); each worker's peak RSS read on the worker after the run (``VmHWM``), and the scheduler's.
 
 Both JSON outputs are compared byte for byte. Prints a Markdown table (and ``--json`` writes the rows).
 """
@@ -20,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -39,16 +37,18 @@ SOURCE = DEFAULT_SOURCE.with_name("decode_serial")
 
 
 def _run(cmd: list[str]) -> tuple[float, float, float, bytes]:
-    """(wall s, CPU s, peak RSS MB, stdout) of a child process."""
-    with tempfile.TemporaryFile() as out:
+    """(wall s, CPU s, peak RSS MB, stdout) of a child process, started through GNU time: a child forked from
+    this (big) process would report this process's peak as its own (Linux keeps the pre-exec high-water mark)."""
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as stats:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run(["/usr/bin/time", "-o", stats.name, "-f", "%U %S %M", *cmd], stdout=out,
+                              stderr=subprocess.DEVNULL, check=False)
         wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed with {os.waitstatus_to_exitcode(status)}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed with {proc.returncode}")
+        user, system, peak_kb = stats.read().split()[-3:]
         out.seek(0)
-        return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read()
+        return wall, float(user) + float(system), int(peak_kb) / 1024, out.read()
 
 
 @contextmanager
@@ -82,8 +82,11 @@ def _peaks(address: str) -> tuple[list[float], float]:
     """(each worker's peak RSS MB, the scheduler's)."""
     from distributed import Client
 
-    def peak() -> float:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    def peak() -> float:  # VmHWM: this process's own high-water mark (not its parent's, as ru_maxrss can be)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
 
     with Client(address) as client:
         return sorted(client.run(peak).values()), client.run_on_scheduler(peak)
