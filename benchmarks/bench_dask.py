@@ -78,8 +78,8 @@ def _cluster(workers: int, tmp: Path) -> Iterator[str]:
             proc.wait()
 
 
-def _peaks(address: str) -> tuple[list[float], float]:
-    """(each worker's peak RSS MB, the scheduler's)."""
+def _peaks(address: str) -> tuple[list[float], float, float]:
+    """(each worker's peak RSS MB, the scheduler's, the workers' CPU seconds since they started)."""
     from distributed import Client
 
     def peak() -> float:  # VmHWM: this process's own high-water mark (not its parent's, as ru_maxrss can be)
@@ -88,8 +88,14 @@ def _peaks(address: str) -> tuple[list[float], float]:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu() -> float:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return used.ru_utime + used.ru_stime
+
     with Client(address) as client:
-        return sorted(client.run(peak).values()), client.run_on_scheduler(peak)
+        return sorted(client.run(peak).values()), client.run_on_scheduler(peak), sum(client.run(cpu).values())
 
 
 def main() -> None:
@@ -110,10 +116,10 @@ def main() -> None:
         local = _run([ta, "summary", "-j", str(args.workers), "--json", str(directory)])
         with _cluster(args.workers, args.workdir) as address:
             dask = _run([ta, "summary", "--engine", "dask", "--scheduler", address, "--json", str(directory)])
-            workers, scheduler = _peaks(address)
+            workers, scheduler, workers_cpu = _peaks(address)
         row = {"ranks": n, "local_wall_s": round(local[0], 2), "local_cpu_s": round(local[1], 2),
                "local_peak_mb": round(local[2], 1), "dask_wall_s": round(dask[0], 2),
-               "dask_driver_cpu_s": round(dask[1], 2), "dask_driver_peak_mb": round(dask[2], 1),
+               "dask_driver_cpu_s": round(dask[1], 2), "dask_workers_cpu_s": round(workers_cpu, 2), "dask_driver_peak_mb": round(dask[2], 1),
                "dask_worker_peak_mb": [round(w, 1) for w in workers], "scheduler_peak_mb": round(scheduler, 1),
                "same_json": local[3] == dask[3], "load_avg": round(os.getloadavg()[0], 2)}
         rows.append(row)
