@@ -11,7 +11,7 @@ inside the functions, so that a summary imports them while a forked helper decod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,8 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     if cross is not None and runs:
         cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
                             "world_size": runs[0].world_size})
-    what_if = estimate_comm_free(run_traces, run_devices, cross)  # reads cross.extra["partial"]
+    what_if = estimate_comm_free(run_traces, run_devices, cross,  # reads cross.extra["partial"]
+                                 with_range="what_if_range" not in opts.skip)
     warnings = [_named(t.path, w) for t in trace_list for w in t.warnings]
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
     warnings += run_warnings(runs)
@@ -97,7 +98,8 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
 def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
-                    progress: ProgressFn | None = None, window: str | None = None) -> Summary:
+                    progress: ProgressFn | None = None, window: str | None = None,
+                    skip: Collection[str] = ()) -> Summary:
     """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
     commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields.
 
@@ -108,7 +110,8 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
     from .analysis.summary import SummaryOptions
 
     return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {}))
+                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {},
+                                            skip=frozenset(skip)))
 
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
