@@ -79,19 +79,8 @@ def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: l
         return pd.DataFrame(columns=["step", "duration_ns"])
     ws = steps["start_ns"].to_numpy(np.int64)
     we = steps["end_ns"].to_numpy(np.int64)
-    out = pd.DataFrame({"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws})
-    k = act.kernels
-    claimed = iv.empty()
-    compute_buckets = [b for b in order if b != COMMUNICATION]
-    names = act.kernel_bucket.astype(str)  # a bucket the rules do not know still gets its own component
-    present = sorted(set(names[~act.kernel_is_comm].tolist()) - set(compute_buckets))
-    for bucket in [*compute_buckets, *present]:
-        sel = (names == bucket) & ~act.kernel_is_comm
-        if not sel.any():
-            continue
-        own = iv.difference(iv.union(k["start_ns"][sel], k["end_ns"][sel]), claimed)
-        out[COMPUTE_PREFIX + bucket] = iv.measure_within(own, ws, we)
-        claimed = iv.union(np.r_[claimed[0], own[0]], np.r_[claimed[1], own[1]])
+    out: dict[str, np.ndarray] = {"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws}
+    claimed = _claim_compute(act, order, ws, we, out)
     exposed = iv.difference(act.comm, claimed)
     wait = iv.intersect(exposed, _wait_intervals(dev, cross))
     wait_ns = iv.measure_within(wait, ws, we)
@@ -103,7 +92,28 @@ def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: l
     host, other = _host_bound_gaps(act, lo, hi)
     out[IDLE_HOST] = iv.measure_within(host, ws, we)
     out[IDLE_OTHER] = iv.measure_within(other, ws, we)
-    return out
+    return pd.DataFrame(out)
+
+
+def _claim_compute(act: DeviceActivity, order: list[str], ws: np.ndarray, we: np.ndarray,
+                   out: dict[str, np.ndarray]) -> iv.Intervals:
+    """Add to ``out`` the ``compute:<bucket>`` column of every bucket with non-communication kernels, in ``order``
+    (buckets it does not list after it, sorted), and return the union of all of them. A bucket's own time is what
+    the buckets before it left: the time of the union of it and them, less the time of theirs."""
+    compute = ~act.kernel_is_comm
+    codes, found = pd.factorize(act.kernel_bucket[compute], use_na_sentinel=False)
+    names = [str(b) for b in found]  # a bucket the rules do not know still gets its own component
+    buckets = [b for b in order if b != COMMUNICATION and b in names] + sorted(set(names) - set(order))
+    rank = np.array([buckets.index(b) for b in names], dtype=np.int64)[codes]
+    us, ue, group = iv.group_union(act.kernels["start_ns"][compute], act.kernels["end_ns"][compute], rank)
+    cut = np.searchsorted(group, np.arange(len(buckets) + 1))  # group_union sorts by group
+    claimed, before = iv.empty(), np.zeros(len(ws), dtype=np.int64)
+    for i, bucket in enumerate(buckets):
+        claimed = iv.union(np.r_[claimed[0], us[cut[i]:cut[i + 1]]], np.r_[claimed[1], ue[cut[i]:cut[i + 1]]])
+        now = iv.measure_within(claimed, ws, we)
+        out[COMPUTE_PREFIX + bucket] = now - before
+        before = now
+    return claimed
 
 
 def component_columns(frame: pd.DataFrame) -> list[str]:

@@ -55,6 +55,17 @@ GROUP_COLUMNS = ["name", "bucket", "subbucket", "grid", "block", "count", "ns"]
 Group = dict[str, Any]
 
 
+def _group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal values in all ``columns`` (integer arrays of one length): each row's group, numbered in
+    order of first appearance, and each group's first row."""
+    group = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:  # one pair of codes at a time, renumbered, so the combined code never overflows
+        codes, uniques = pd.factorize(column, sort=False)
+        group = pd.factorize(group * len(uniques) + codes, sort=False)[0]
+    first = np.searchsorted(np.maximum.accumulate(group), np.arange(group.max() + 1 if len(group) else 0))
+    return group, first
+
+
 def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
     """Per (normalized name, bucket, sub-bucket, grid, block): launches and time per device-step, counting the
     kernels that start inside the devices' step windows (columns ``GROUP_COLUMNS``)."""
@@ -71,17 +82,16 @@ def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
         inside = iv.window_of(k["start_ns"], dev.per_step["start_ns"].to_numpy(np.int64),
                               dev.per_step["end_ns"].to_numpy(np.int64)) >= 0
         none = np.full(int(inside.sum()), -1, dtype=np.int64)
-        frame = pd.DataFrame({c: k[c][inside] if c in k else none
-                              for c in ("name_id", "bucket_id", "subbucket_id", "grid", "block")})
-        frame["dur"] = (k["end_ns"] - k["start_ns"])[inside]
-        agg = frame.groupby(["name_id", "bucket_id", "subbucket_id", "grid", "block"], sort=False)["dur"] \
-            .agg(["size", "sum"]).reset_index()
-        names = trace.names(agg["name_id"].to_numpy())
-        buckets = trace.names(agg["bucket_id"].to_numpy())
-        subs = trace.names(agg["subbucket_id"].to_numpy())
-        columns = [agg[c].to_numpy().tolist() for c in ("grid", "block", "size", "sum")]
-        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, *columns, strict=True):
-            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), int(grid), int(block))
+        columns = [k[c][inside] if c in k else none for c in ("name_id", "bucket_id", "subbucket_id", "grid",
+                                                               "block")]
+        group, first = _group_rows(columns)
+        sizes = np.bincount(group).tolist()
+        times = np.bincount(group, weights=(k["end_ns"] - k["start_ns"])[inside]).tolist()
+        uniq = np.stack([c[first] for c in columns], axis=1).astype(np.int64)
+        names, buckets, subs = (trace.names(uniq[:, i]) for i in range(3))
+        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, uniq[:, 3].tolist(),
+                                                               uniq[:, 4].tolist(), sizes, times, strict=True):
+            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), grid, block)
             acc = totals.setdefault(key, [0.0, 0.0])
             acc[0] += size
             acc[1] += total
