@@ -186,32 +186,51 @@ def kernel_overlap(kernels: pd.DataFrame) -> float | None:
 def collective_table(devices: list[DeviceSummary], cross_per: pd.DataFrame | None) -> pd.DataFrame:
     """Per collective kind, per device-step: instances, bytes and time; transfer time and median bus bandwidth
     from the cross-rank match when there is one (else the devices' own durations)."""
-    frames, steps = [], 0
+    kinds, sizes, durations, steps = [], [], [], 0
     for dev in devices:
         c = dev.collectives
         if not len(dev.per_step):
             continue
         steps += len(dev.per_step)
         if len(c):
-            inside = c[c["step"] >= 0]
-            frames.append(pd.DataFrame({"kind": inside["kind"].astype(str).to_numpy(),
-                                        "bytes": inside["bytes"].clip(lower=0).to_numpy(np.int64),
-                                        "duration_ns": inside["duration_ns"].to_numpy(np.int64)}))
+            inside = c["step"].to_numpy() >= 0
+            kinds.append(c["kind"].astype(str).to_numpy()[inside])
+            sizes.append(np.maximum(c["bytes"].to_numpy(np.int64)[inside], 0))
+            durations.append(c["duration_ns"].to_numpy(np.int64)[inside])
     columns = ["kind", "count", "bytes", "duration_ns", "transfer_ns", "busbw_gbps"]
-    if not frames or steps == 0:
+    if not kinds or steps == 0:
         return pd.DataFrame(columns=columns)
-    rows = pd.concat(frames, ignore_index=True).groupby("kind")
-    out = pd.DataFrame({"count": rows.size() / steps, "bytes": rows["bytes"].sum() / steps,
-                        "duration_ns": rows["duration_ns"].sum() / steps})
-    out["transfer_ns"] = np.nan
-    out["busbw_gbps"] = np.nan
+    names, group = np.unique(np.concatenate(kinds), return_inverse=True)  # sorted by kind
+    out = {"kind": names, "count": np.bincount(group, minlength=len(names)) / steps,
+           "bytes": _sums(group, np.concatenate(sizes), len(names)) / steps,
+           "duration_ns": _sums(group, np.concatenate(durations), len(names)) / steps,
+           "transfer_ns": np.full(len(names), np.nan), "busbw_gbps": np.full(len(names), np.nan)}
     if cross_per is not None and len(cross_per):
-        stepped = cross_per[cross_per["step"] >= 0]
-        n_steps = max(int(stepped["step"].nunique()), 1)
-        by = stepped.groupby(stepped["kind"].astype(str))
-        out["transfer_ns"] = (by["transfer_ns"].sum() / n_steps).reindex(out.index)
-        out["busbw_gbps"] = by["busbw_gbps"].median().reindex(out.index)
-    return out.reset_index()[columns]
+        stepped = cross_per["step"].to_numpy() >= 0
+        n_steps = max(len(np.unique(cross_per["step"].to_numpy()[stepped])), 1)
+        matched = cross_per["kind"].astype(str).to_numpy()[stepped]
+        row = np.searchsorted(names, matched)
+        known = (row < len(names)) & (names[np.minimum(row, len(names) - 1)] == matched)
+        transfer = cross_per["transfer_ns"].to_numpy(np.int64)[stepped][known]
+        busbw = cross_per["busbw_gbps"].to_numpy(np.float64)[stepped][known]
+        row = row[known]
+        out["transfer_ns"] = np.where(np.isin(np.arange(len(names)), row),
+                                      _sums(row, transfer, len(names)) / n_steps, np.nan)
+        out["busbw_gbps"] = np.array([_median(busbw[row == i]) for i in range(len(names))])
+    return pd.DataFrame(out, columns=columns)
+
+
+def _sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group ``0 … n - 1``."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, values)
+    return out
+
+
+def _median(values: np.ndarray) -> float:
+    """Median of the values that are not NaN; NaN when none is."""
+    values = values[~np.isnan(values)]
+    return float(np.median(values)) if len(values) else float("nan")
 
 
 def compare_collectives(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
