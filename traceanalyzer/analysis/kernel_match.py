@@ -87,10 +87,10 @@ def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
         group, first = _group_rows(columns)
         sizes = np.bincount(group).tolist()
         times = np.bincount(group, weights=(k["end_ns"] - k["start_ns"])[inside]).tolist()
-        uniq = np.stack([c[first] for c in columns], axis=1).astype(np.int64)
-        names, buckets, subs = (trace.names(uniq[:, i]) for i in range(3))
-        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, uniq[:, 3].tolist(),
-                                                               uniq[:, 4].tolist(), sizes, times, strict=True):
+        names, buckets, subs = trace.names(np.concatenate([c[first] for c in columns[:3]])).reshape(3, -1)
+        grids, blocks = (c[first].tolist() for c in columns[3:])
+        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, grids, blocks, sizes, times,
+                                                               strict=True):
             key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), grid, block)
             acc = totals.setdefault(key, [0.0, 0.0])
             acc[0] += size
@@ -157,10 +157,20 @@ def _pair_by_count(before: list[Group], after: list[Group], rows: list[dict[str,
     rows += [_row("added", None, g) for g in free]
 
 
+def _as_groups(frame: pd.DataFrame) -> list[Group]:
+    """The rows of a :func:`kernel_groups` frame as dicts, each with its name's ``role`` (one :func:`role_key` per
+    distinct name)."""
+    names = [str(n) for n in frame["name"].tolist()]
+    roles = {n: role_key(n) for n in dict.fromkeys(names)}
+    keys = [str(c) for c in frame.columns]
+    rows = zip(*(frame[c].tolist() for c in frame.columns), strict=True)
+    return [{**dict(zip(keys, row, strict=True)), "role": roles[name]}
+            for row, name in zip(rows, names, strict=True)]
+
+
 def match_kernels(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     """The kernel table of ``diff`` (columns ``KERNEL_COLUMNS``), largest absolute change first."""
-    sides: list[list[Group]] = [[{**{str(k): v for k, v in g.items()}, "role": role_key(str(g["name"]))}
-                                 for g in frame.to_dict(orient="records")] for frame in (before, after)]
+    sides = [_as_groups(before), _as_groups(after)]
     b, a = sides
     geometry = all(any(g["grid"] >= 0 and g["block"] >= 0 for g in side) for side in sides)
     rows: list[dict[str, Any]] = []
