@@ -158,14 +158,20 @@ def _pair_by_count(before: list[Group], after: list[Group], rows: list[dict[str,
 
 
 def _as_groups(frame: pd.DataFrame) -> list[Group]:
-    """The rows of a :func:`kernel_groups` frame as dicts, each with its name's ``role`` (one :func:`role_key` per
-    distinct name)."""
-    names = [str(n) for n in frame["name"].tolist()]
-    roles = {n: role_key(n) for n in dict.fromkeys(names)}
+    """The rows of a :func:`kernel_groups` frame as dicts."""
     keys = [str(c) for c in frame.columns]
     rows = zip(*(frame[c].tolist() for c in frame.columns), strict=True)
-    return [{**dict(zip(keys, row, strict=True)), "role": roles[name]}
-            for row, name in zip(rows, names, strict=True)]
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def _with_roles(groups: list[Group]) -> list[Group]:
+    """The groups, each given its name's ``role`` (one :func:`role_key` per distinct name)."""
+    roles: dict[str, str] = {}
+    for g in groups:
+        name = str(g["name"])
+        role = roles.get(name)
+        g["role"] = roles[name] = role_key(name) if role is None else role
+    return groups
 
 
 def match_kernels(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
@@ -175,6 +181,7 @@ def match_kernels(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     geometry = all(any(g["grid"] >= 0 and g["block"] >= 0 for g in side) for side in sides)
     rows: list[dict[str, Any]] = []
     b, a = _pass(b, a, lambda g: (g["name"], g["bucket"]), "name", rows)
+    b, a = _with_roles(b), _with_roles(a)  # only the groups pass 1 left need a role
     b, a = _pass(b, a, lambda g: (g["role"], g["bucket"], g["subbucket"], g["grid"] if geometry else -1,
                                   g["block"] if geometry else -1), "role", rows)
     _pair_by_count(b, a, rows)
