@@ -158,7 +158,8 @@ def test_a_diff_of_lean_summaries_is_the_diff_of_full_ones(before: list[Path], a
     assert {k: v for k, v in full_b.what_if.details.items() if k not in skipped} == lean_b.what_if.details
     for dl, df in zip(lean_b.devices, full_b.devices, strict=True):
         pd.testing.assert_frame_equal(dl.per_step, df.per_step)
-        assert dl.top_kernels.empty and dl.in_steps == {} and not df.top_kernels.empty and df.in_steps
+        assert dl.top_kernels.empty and dl.in_steps == {} and dl.bucket_exclusive_ns == {}
+        assert not df.top_kernels.empty and df.in_steps and df.bucket_exclusive_ns
 
 
 def test_skip_names_only_known_parts() -> None:

@@ -214,7 +214,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
         bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
-        bucket_exclusive_ns=_exclusive(act.busy, sets, order),
+        bucket_exclusive_ns={} if "bucket_exclusive" in skip else _exclusive(act.busy, sets, order),
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),

@@ -16,10 +16,11 @@ from .results import TraceMeta
 PathLike = str | Path
 #: Parts of a summary that ``SummaryOptions.skip`` leaves out (left empty in the result): the whole-window and
 #: in-step top-kernel tables (``top_kernels``, ``top_kernels_in_steps``), the in-step headline numbers
-#: (``in_steps``), the exposed-communication segments (``comm_idle_gaps_ns``) and the what-if's range and confidence
-#: (``what_if.details`` ``range_ns``, ``range_basis``, ``confidence`` unless the run is partial,
+#: (``in_steps``), the whole-window exclusive bucket split (``bucket_exclusive``: ``bucket_exclusive_ns``), the
+#: exposed-communication segments (``comm_idle_gaps_ns``) and the what-if's range and confidence
+#: (``what_if_range``: ``what_if.details`` ``range_ns``, ``range_basis``, ``confidence`` unless the run is partial,
 #: ``profiler_weighed_steps``). No findings rule reads any of them.
-SKIPPABLE = frozenset({"top_kernels", "in_steps", "comm_idle_gaps", "what_if_range"})
+SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle_gaps", "what_if_range"})
 
 
 @dataclass
