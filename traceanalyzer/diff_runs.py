@@ -1,5 +1,6 @@
-"""``diff``: two runs compared (``ta.diff``, ``traceanalyzer diff``). Each side is loaded and summarized exactly as
-``summary`` does it; :mod:`.analysis.compare` then compares the two summaries. Method and limits: docs/DIFF.md.
+"""``diff``: two runs compared (``ta.diff``, ``traceanalyzer diff``). Each side is loaded and summarized as ``summary``
+does it, less the parts no diff output reads (:data:`DIFF_SKIPS`); :mod:`.analysis.compare` then compares the two
+summaries. Method, limits and cost: docs/DIFF.md.
 
 (Not named ``diff.py``: importing a submodule ``traceanalyzer.diff`` would replace the ``ta.diff`` function on the
 package with the module.)
