@@ -139,8 +139,9 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
         return {}, pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
-    top = pd.DataFrame(columns=TOP_KERNEL_COLUMNS) if whole_top is None else top_kernels(act, inside)
+    top = pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     if whole_top is not None:
+        top = top_kernels(act, inside)
         whole = whole_top.set_index("name")["total_ns"] if len(whole_top) else pd.Series(dtype=np.int64)
         top["window_total_ns"] = top["name"].map(whole).fillna(0).astype(np.int64).to_numpy() if len(top) else []
     if not numbers:

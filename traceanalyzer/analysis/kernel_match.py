@@ -231,7 +231,7 @@ def collective_table(devices: list[DeviceSummary], cross_per: pd.DataFrame | Non
         transfer = cross_per["transfer_ns"].to_numpy(np.int64)[stepped][known]
         busbw = cross_per["busbw_gbps"].to_numpy(np.float64)[stepped][known]
         row = row[known]
-        out["transfer_ns"] = np.where(np.isin(np.arange(len(names)), row),
+        out["transfer_ns"] = np.where(np.bincount(row, minlength=len(names)) > 0,
                                       _sums(row, transfer, len(names)) / n_steps, np.nan)
         out["busbw_gbps"] = np.array([_median(busbw[row == i]) for i in range(len(names))])
     return pd.DataFrame(out, columns=columns)
