@@ -17,7 +17,7 @@ processes is started for the call. docs/SCALE.md: clusters (Slurm, Kubernetes), 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +48,7 @@ def summarize_on_dask(paths: Sequence[PathLike], *, scheduler: str | None = None
                       rules: PathLike | None = None, step_range: str | None = None,
                       layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
                       findings: bool = True, extra: dict[str, Any] | None = None,
-                      window: str | None = None) -> Summary:
+                      window: str | None = None, skip: Collection[str] = ()) -> Summary:
     """The summary of trace files / directories of rank traces, computed on a Dask cluster (module doc):
     ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``, else a LocalCluster of ``jobs`` worker processes). The
     other keywords as :func:`traceanalyzer.pipeline.summarize_paths`."""
@@ -59,7 +59,7 @@ def summarize_on_dask(paths: Sequence[PathLike], *, scheduler: str | None = None
     files = [str(f) for f in expand_paths(list(paths), skipped)]
     win = parse_window(window)
     opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
-                          jobs=jobs, findings=findings, extra=extra or {})
+                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
     rules_path = None if rules is None else str(rules)
     with dask_client(scheduler, jobs) as client:
         loaded = [client.submit(_load, f, rules_path, win, pure=False) for f in files]
@@ -133,8 +133,8 @@ class DaskTraceWork:
                               for t, p in zip(self.traces, self.full_parts, strict=True)]
         return self._evidence
 
-    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary],
-                  cross: CrossRankSummary | None) -> WhatIf:
+    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
+                  with_range: bool) -> WhatIf:
         from .analysis.what_if import combine_comm_free, cross_rank_columns
 
         futures = []
@@ -142,12 +142,13 @@ class DaskTraceWork:
             if part.header.path not in run_paths:
                 continue
             columns = {d.rank: cross_rank_columns(cross, d.rank) for d in part.devices}
-            futures.append(self.client.submit(_comm_costs, trace, full, columns, pure=False, priority=1))
+            futures.append(self.client.submit(_comm_costs, trace, full, columns, with_range, pure=False,
+                                              priority=1))
         ranks: dict[int, RankCosts] = {}
         for costs in self.client.gather(futures):  # the first trace's costs of each rank, as the local engine
             for rank, value in costs.items():
                 ranks.setdefault(rank, value)
-        return combine_comm_free(ranks, run_devices, cross)
+        return combine_comm_free(ranks, run_devices, cross, with_range=with_range)
 
     def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
         from .findings import run_findings
@@ -175,10 +176,10 @@ def _compact(part: TracePart) -> TracePart:
     return part.compact()
 
 
-def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any]) -> dict[int, RankCosts]:
+def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any], with_range: bool) -> dict[int, RankCosts]:
     from .analysis.what_if import trace_comm_costs
 
-    return trace_comm_costs(trace, part.devices, None, columns)
+    return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range)
 
 
 def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, DeviceEvidence]:

@@ -11,7 +11,7 @@ inside the functions, so that a summary imports them while a forked helper decod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,8 +69,8 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
 def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
-                    progress: ProgressFn | None = None, window: str | None = None, engine: str = "local",
-                    scheduler: str | None = None) -> Summary:
+                    progress: ProgressFn | None = None, window: str | None = None,
+                    skip: Collection[str] = (), engine: str = "local", scheduler: str | None = None) -> Summary:
     """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
     commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields;
     ``engine="dask"`` computes it on a Dask cluster (``scheduler`` address, :mod:`traceanalyzer.on_dask`).
@@ -84,7 +84,7 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
 
         return summarize_on_dask(paths, scheduler=scheduler, jobs=jobs, rules=rules, step_range=step_range,
                                  layer_pattern=layer_pattern, gpu_log=gpu_log, findings=findings, extra=extra,
-                                 window=window)
+                                 window=window, skip=skip)
     if scheduler is not None:
         raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
     traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
@@ -92,7 +92,8 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
     from .analysis.summary import SummaryOptions
 
     return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {}))
+                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {},
+                                            skip=frozenset(skip)))
 
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,

@@ -59,9 +59,10 @@ def analyze_trace(trace: Trace, options: SummaryOptions) -> TracePart:
 class TraceWork(Protocol):
     """What a summary's reduce asks of the place where the traces are, once cross-rank matching is done."""
 
-    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary],
-                  cross: CrossRankSummary | None) -> WhatIf:
-        """The "if communication were free" estimate of the primary run (``analysis.what_if``)."""
+    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
+                  with_range: bool) -> WhatIf:
+        """The "if communication were free" estimate of the primary run (``analysis.what_if``); its range too
+        with ``with_range``."""
 
     def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
         """The findings rules over the summary and the traces' evidence (``findings``)."""
@@ -73,11 +74,12 @@ class LocalTraceWork:
     def __init__(self, traces: list[Trace]) -> None:
         self.traces = traces
 
-    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary],
-                  cross: CrossRankSummary | None) -> WhatIf:
+    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
+                  with_range: bool) -> WhatIf:
         from .analysis.what_if import estimate_comm_free
 
-        return estimate_comm_free([t for t in self.traces if str(t.path) in run_paths], run_devices, cross)
+        return estimate_comm_free([t for t in self.traces if str(t.path) in run_paths], run_devices, cross,
+                                  with_range=with_range)
 
     def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
         from .findings import run_findings
@@ -102,7 +104,8 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     if cross is not None and runs:
         cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
                             "world_size": runs[0].world_size})
-    what_if = work.comm_free(primary, run_devices, cross)  # reads cross.extra["partial"]
+    # reads cross.extra["partial"]
+    what_if = work.comm_free(primary, run_devices, cross, "what_if_range" not in options.skip)
     warnings = [_named(p.header.path, w) for p in parts for w in p.warnings]
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
     warnings += run_warnings(runs)
