@@ -52,6 +52,8 @@ from .what_if_range import profiler_weighing, step_range, upper_bounds
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
+#: One rank's what-if inputs: per step its own communication cost and parts (ns), and its evidence.
+RankCosts = tuple[pd.DataFrame, dict[str, Any]]
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
 Columns = dict[str, np.ndarray]  # a table as named numpy columns of one length
 
@@ -117,7 +119,7 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
     return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
 
 
-def _cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
+def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
     """``(start_ns, transfer_ns, wait_ns)`` of this rank's matched instances, or None without cross-rank data."""
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
@@ -310,10 +312,11 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
                                   for k, v in per_seg.items()}
 
 
-def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
-                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None, with_range: bool = True
+                ) -> RankCosts | None:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
-    the device has neither collectives nor collective calls without kernels."""
+    the device has neither collectives nor collective calls without kernels. Without ``with_range``, the readings
+    only the range uses (``calls_only_ns``, ``ceiling_ns``, ``slowdown_high_ns``) are left out."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
         else gather(trace, dev.rank, dev.device)
     # collective calls are CPU ranges: a trace without ranges has none
@@ -336,8 +339,6 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
         rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)], 0)
     idx, saving = _segment_savings(rows, host, whole_call=True)
     # the same rows give the same steps (rows of step < 0 are left out alike)
-    calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(rows["call_op"]), dtype=np.int64)}, host,
-                                  whole_call=True)[1]
     issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
@@ -347,18 +348,21 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     busy = saving["transfer_ns"] + saving["wait_ns"]
     share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    columns = {
-        **saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
-        "as_profiled_ns": saving["saving_ns"] + contention,
-        "calls_only_ns": (calls_only["saving_ns"] + contention).astype(np.int64),
-        "nccl_issue_ns": issue_only["host_issue_ns"].astype(np.int64),
-        "issue_only_own_ns": (issue_only["saving_ns"] + contention).astype(np.int64)}
+    columns = {**saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
+               "as_profiled_ns": saving["saving_ns"] + contention}
+    if with_range:
+        calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(rows["call_op"]), dtype=np.int64)}, host,
+                                      whole_call=True)[1]
+        columns["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
+    columns["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
+    columns["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
     # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
     columns.update(profiler_weighing(idx, trace, dev, columns["host_part_ns"], columns["as_profiled_ns"],
                                      columns["gpu_reading_ns"]))
-    columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
-                                columns["host_part_ns"], columns["as_profiled_ns"]))
+    if with_range:
+        columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
+                                    columns["host_part_ns"], columns["as_profiled_ns"]))
     steps = pd.DataFrame(columns, index=step_index)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
@@ -414,9 +418,11 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
 
 
 def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
-                       cross_rank: CrossRankSummary | None) -> WhatIf:
-    """Step-time saving if communication were free (see the module doc for the method)."""
-    ranks: dict[int, tuple[pd.DataFrame, dict[str, Any]]] = {}
+                       cross_rank: CrossRankSummary | None, *, with_range: bool = True) -> WhatIf:
+    """Step-time saving if communication were free (see the module doc for the method): each rank's costs
+    (:func:`rank_comm_costs`, the first of its devices that has any) combined by :func:`combine_comm_free`;
+    without ``with_range``, ``details`` leave out the range and its confidence (``what_if_range.step_range``)."""
+    ranks: dict[int, RankCosts] = {}
     by_path: dict[str, Trace] = {}
     for t in traces:  # the first trace of each path, looked up once per device (not a scan per device)
         by_path.setdefault(t.path, t)
@@ -424,9 +430,40 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
         trace = by_path.get(dev.trace, traces[0] if len(traces) == 1 else None)
         if trace is None or dev.rank in ranks:
             continue
-        steps = _rank_steps(trace, dev, _cross_rank_columns(cross_rank, dev.rank))
+        steps = rank_comm_costs(trace, dev, cross_rank, with_range=with_range)
         if steps is not None:
             ranks[dev.rank] = steps
+    return combine_comm_free(ranks, devices, cross_rank, with_range=with_range)
+
+
+def trace_comm_costs(trace: Trace, devices: list[DeviceSummary], cross_rank: CrossRankSummary | None,
+                     columns: dict[int, pd.DataFrame | None] | None = None, *, with_range: bool = True
+                     ) -> dict[int, RankCosts]:
+    """:func:`rank_comm_costs` of each rank of one trace: its first device (in order) that has any. Where the
+    trace lives (a Dask worker), with the cross-rank ``columns`` of its ranks (:func:`cross_rank_columns`) instead
+    of the whole cross-rank table; :func:`estimate_comm_free` takes the first trace's costs of each rank."""
+    out: dict[int, RankCosts] = {}
+    for dev in devices:
+        if dev.rank in out:
+            continue
+        matched = columns.get(dev.rank) if columns is not None else cross_rank_columns(cross_rank, dev.rank)
+        steps = _rank_steps(trace, dev, matched, with_range)
+        if steps is not None:
+            out[dev.rank] = steps
+    return out
+
+
+def rank_comm_costs(trace: Trace, dev: DeviceSummary, cross_rank: CrossRankSummary | None, *,
+                    with_range: bool = True) -> RankCosts | None:
+    """Per step of one rank: its own communication cost and its parts, with its evidence (None when the device
+    has neither collectives nor collective calls without kernels)."""
+    return _rank_steps(trace, dev, cross_rank_columns(cross_rank, dev.rank), with_range)
+
+
+def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
+                      cross_rank: CrossRankSummary | None, *, with_range: bool = True) -> WhatIf:
+    """The what-if from each rank's costs (:func:`rank_comm_costs`): per step, the cost of the rank the others
+    wait for; the median over steps."""
     if not ranks:
         has_steps = any(d.steps for d in devices)
         return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})
@@ -461,10 +498,11 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
     details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
     details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
-    limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
-                                                                                        strict=True)])
     basis = _basis(int(step_host.sum()), int(step_saving.sum()))
-    details.update(step_range(limiting, int(np.median(step_saving)), basis))
+    if with_range:
+        limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
+                                                                                            strict=True)])
+        details.update(step_range(limiting, int(np.median(step_saving)), basis))
     details.update(_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
 
