@@ -22,12 +22,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..api_names import HOST_SYNC, ISSUE_OP
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
@@ -36,9 +36,6 @@ from .collectives import kind_of
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
 # CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
 # NCCL's own NVTX ranges, and user annotations named after the collective (e.g. an NVTX "allreduce" range)
-ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A-Za-z]+$)|"
-                      r"^(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)$")
-HOST_SYNC = re.compile(r"Synchronize")
 NOT_A_CALL = ("record_param_comms",)  # an issuing range that never stands alone for a collective call
 HOST_RECOVERY_NS = 300_000  # CPU ops starting this soon after a collective call run slower than elsewhere
 MIN_BASELINE_OPS = 3  # far-from-call ops of a name needed for its baseline duration

@@ -11,6 +11,7 @@ from ..analysis.activity import DeviceActivity, gather
 from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary, Finding
+from ..api_names import GRAPH_LAUNCH, HOST_BLOCKING
 from ..trace import Trace
 from .context import (
     FindingContext,
@@ -23,10 +24,6 @@ from .context import (
     step_index,
     step_windows,
 )
-
-_GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
-_HOST_BLOCKING = re.compile(r"Synchronize|^cudaMemcpy(?!.*Async)|^cuMemcpy(?!.*Async)|cudaMalloc|cudaFree|"
-                            r"cudaHostAlloc|cudaStreamWaitEvent", re.IGNORECASE)
 
 
 def _names_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
@@ -50,7 +47,7 @@ def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
     from_graph = k["graph_id"][mask] >= 0
     a = trace.api_calls
     if len(a):
-        launches = _names_matching(trace, a["name_id"], _GRAPH_LAUNCH)
+        launches = _names_matching(trace, a["name_id"], GRAPH_LAUNCH)
         if launches.any():
             graph_corr = np.unique(a["correlation"][launches & (a["pid"] == _pid_of(trace, dev))])
             from_graph |= np.isin(k["correlation"][mask], graph_corr)
@@ -178,7 +175,7 @@ def _gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple
         return None
     gap_start, gap_end = gap_start[long_gap], gap_end[long_gap]
     a = trace.api_calls
-    blocking = _names_matching(trace, a["name_id"], _HOST_BLOCKING) & (a["pid"] == _pid_of(trace, dev))
+    blocking = _names_matching(trace, a["name_id"], HOST_BLOCKING) & (a["pid"] == _pid_of(trace, dev))
     if not blocking.any():
         return None
     c_start, c_end, c_name = a["start_ns"][blocking], a["end_ns"][blocking], a["name_id"][blocking]

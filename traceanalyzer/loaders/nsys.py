@@ -224,7 +224,7 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
         if key in want or (key == "ranges" and "collectives" in want)}}), window)
     pool = StringPool()
-    ctx = ReadContext(conn, schema, pool, RowProgress(progress, planned), source_counts)
+    ctx = ReadContext(conn, schema, pool, RowProgress(progress, planned), source_counts, plain=window is None)
     cols = _read_tables(ctx, want, types)
 
     pairs = _gpu_pairs(conn, schema, cols["kernels"])

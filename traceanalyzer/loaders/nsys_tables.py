@@ -20,6 +20,7 @@ from .nsys_sql import (
     Schema,
     distinct_pairs,
     fetch_columns,
+    fetch_table,
     int_value,
     intern_string_ids,
     intern_texts,
@@ -71,6 +72,7 @@ class ReadContext:
     pool: StringPool
     tick: RowProgress
     counts: dict[str, int]  # COUNT(*) of each source table (preallocation sizes)
+    plain: bool = True  # the activity tables are the export's own (with rowids), not window views
 
     def ids(self, arrays: list[np.ndarray], transform: Callable[[str], str] | None = None) -> list[np.ndarray]:
         """StringIds ids → pool ids (see :func:`intern_string_ids`)."""
@@ -104,15 +106,14 @@ def read_kernels(ctx: ReadContext) -> _Columns:
              else _int(cols, "graphId") if "graphId" in cols else _int(cols, "graphNodeId"))
     name = ("IFNULL(demangledName, IFNULL(shortName, -1))" if {"demangledName", "shortName"} <= cols
             else _int(cols, "demangledName", _int(cols, "shortName")))
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {name}, {_int(cols, "shortName")}, '
-           f'{graph}, {_product(cols, "gridX", "gridY", "gridZ")}, {_product(cols, "blockX", "blockY", "blockZ")} '
-           f"FROM {KERNEL}")
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
+             _int(cols, "streamId"), _int(cols, "correlationId"), name, _int(cols, "shortName"), graph,
+             _product(cols, "gridX", "gridY", "gridZ"), _product(cols, "blockX", "blockY", "blockZ")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("name_sid", "i8"), ("short_sid", "i8"), ("graph_id", "i8"),
               ("grid", "i8"), ("block", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(KERNEL, 0), ctx.tick, table=KERNEL,
-                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId",
+    data = fetch_table(ctx.conn, KERNEL, exprs, fields, ctx.counts.get(KERNEL, 0), ctx.tick, plain=ctx.plain,
+                       sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId",
                                   "demangledName", "shortName", "graphId", "gridX", "blockX"])
     data["name_id"], data["short_name_id"] = ctx.ids([data.pop("name_sid"), data.pop("short_sid")])
     return sorted_by_start(data)
@@ -135,14 +136,14 @@ def memcpy_kind_names(conn: sqlite3.Connection, schema: Schema) -> dict[int, tup
 def _memcpy(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMCPY)
     require_columns(cols, MEMCPY, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "copyKind", "0")}, '
-           f'{_int(cols, "bytes")}, {_int(cols, "srcDeviceId")}, {_int(cols, "dstDeviceId")} FROM {MEMCPY}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
+             _int(cols, "streamId"), _int(cols, "correlationId"), _int(cols, "copyKind", "0"), _int(cols, "bytes"),
+             _int(cols, "srcDeviceId"), _int(cols, "dstDeviceId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("copy_kind", "i8"), ("bytes", "i8"), ("src_device", "i4"),
               ("dst_device", "i4")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMCPY, 0), ctx.tick, table=MEMCPY,
-                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "copyKind",
+    data = fetch_table(ctx.conn, MEMCPY, exprs, fields, ctx.counts.get(MEMCPY, 0), ctx.tick, plain=ctx.plain,
+                       sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "copyKind",
                                   "bytes", "srcDeviceId", "dstDeviceId"])
     kinds = memcpy_kind_names(ctx.conn, ctx.schema)
     uniq, inverse = np.unique(data.pop("copy_kind"), return_inverse=True)
@@ -160,12 +161,12 @@ def _memcpy(ctx: ReadContext) -> _Columns:
 def _memset(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMSET)
     require_columns(cols, MEMSET, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "bytes")} FROM {MEMSET}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
+             _int(cols, "streamId"), _int(cols, "correlationId"), _int(cols, "bytes")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("bytes", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMSET, 0), ctx.tick, table=MEMSET,
-                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "bytes"])
+    data = fetch_table(ctx.conn, MEMSET, exprs, fields, ctx.counts.get(MEMSET, 0), ctx.tick, plain=ctx.plain,
+                       sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "bytes"])
     n = len(data["start_ns"])
     data["kind_id"] = np.full(n, ctx.pool.intern("memset"), dtype=np.int32)
     data["name_id"] = np.full(n, ctx.pool.intern("[CUDA memset]"), dtype=np.int32)
@@ -307,12 +308,12 @@ def read_graph_launches(ctx: ReadContext) -> _Columns:
     if not cols:
         return {}
     require_columns(cols, GRAPH_TRACE, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "graphId")} FROM {GRAPH_TRACE}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
+             _int(cols, "streamId"), _int(cols, "correlationId"), _int(cols, "graphId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("graph_id", "i8")]
-    return sorted_by_start(fetch_columns(
-        ctx.conn, sql, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, table=GRAPH_TRACE,
+    return sorted_by_start(fetch_table(
+        ctx.conn, GRAPH_TRACE, exprs, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, plain=ctx.plain,
         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "graphId"]))
 
 
