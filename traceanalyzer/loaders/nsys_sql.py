@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,21 +171,40 @@ def fetch_columns(conn: sqlite3.Connection, sql: str, fields: Sequence[tuple[str
 def fetch_table(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fields: Sequence[tuple[str, str]],
                 expected: int, tick: RowProgress, *, where: str = "", params: Sequence[object] = (),
                 sources: Sequence[str] = (), plain: bool = True) -> dict[str, np.ndarray]:
-    """``SELECT exprs FROM table [WHERE where]`` as integer columns named and typed by ``fields``, in table order.
+    """``SELECT exprs FROM table [WHERE where]`` as integer columns named and typed by ``fields``, in table order
+    (read as :func:`table_chunks` says into columns of ``expected`` rows, grown when there are more)."""
+    cols = {name: np.empty(max(expected, 0), dtype=t) for name, t in fields}
+    n = 0
+    for part in table_chunks(conn, table, exprs, fields, tick, where=where, params=params, sources=sources,
+                             plain=plain, expected=expected):
+        k = len(part[fields[0][0]])
+        if n + k > len(cols[fields[0][0]]):  # more rows than expected (a subset of unknown size, a live file)
+            cols = {name: np.concatenate([arr[:n], np.empty(max(k, n), arr.dtype)]) for name, arr in cols.items()}
+        for name in cols:
+            cols[name][n:n + k] = part[name]
+        n += k
+    return {name: arr[:n] if len(arr) != n else arr for name, arr in cols.items()}
+
+
+def table_chunks(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fields: Sequence[tuple[str, str]],
+                 tick: RowProgress, *, where: str = "", params: Sequence[object] = (), sources: Sequence[str] = (),
+                 plain: bool = True, expected: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """``SELECT exprs FROM table [WHERE where]`` as chunks of integer columns named and typed by ``fields``, in
+    table order.
 
     When ``table`` is a plain table (``plain``: not a window view, so it has rowids), each chunk of
     :data:`CONCAT_ROWS` rowids is read by one query of one ``group_concat`` per column, parsed by
     ``np.fromstring``: no Python object per row, 2.5x faster than fetching tuples. Every expression must be
     non-NULL (``IFNULL``). A chunk whose text does not parse into as many integers as it has rows (a NULL, text,
     BLOB or float value) is read again as tuples (:func:`fetch_columns`), which converts what it can and names the
-    bad value (:class:`BadColumn`) otherwise. Without rowids, :func:`fetch_columns` reads it all.
+    bad value (:class:`BadColumn`) otherwise. Without rowids, :func:`fetch_columns` reads it all as one chunk.
     """
     cond = f"({where})" if where else "1"
     sql = f"SELECT {', '.join(exprs)} FROM {table} WHERE {cond}"
     if not plain or any(np.dtype(t).kind != "i" for _, t in fields):
-        return fetch_columns(conn, sql, fields, expected, tick, params, table=table, sources=sources)
+        yield fetch_columns(conn, sql, fields, expected, tick, params, table=table, sources=sources)
+        return
     lo, hi = conn.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
-    cols = {name: np.empty(max(expected, 0), dtype=t) for name, t in fields}
     chunk_sql = (f"SELECT COUNT(*), {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
                  f"WHERE rowid >= ? AND rowid < ? AND {cond}")
     n = 0
@@ -196,18 +215,14 @@ def fetch_table(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fiel
         if not k:
             continue
         part = _parse_concat(texts, fields, k)
+        del texts
         if part is None:  # a value that is not a plain integer: the tuple path converts it or names it
             part = fetch_columns(conn, sql.replace(" WHERE ", " WHERE rowid >= ? AND rowid < ? AND ", 1), fields,
                                  k, RowProgress(None, 0), (*rowids, *params), table=table, sources=sources,
                                  first_row=n)
-        if n + k > len(cols[fields[0][0]]):  # more rows than expected (a subset of unknown size, a live file)
-            cols = {name: np.concatenate([arr[:n], np.empty(max(k, n), arr.dtype)]) for name, arr in cols.items()}
-        for name in cols:
-            cols[name][n:n + k] = part[name]
-        del part, texts
         n += k
         tick.advance(k)
-    return {name: arr[:n] if len(arr) != n else arr for name, arr in cols.items()}
+        yield part
 
 
 def _parse_concat(texts: Sequence[object], fields: Sequence[tuple[str, str]], count: int

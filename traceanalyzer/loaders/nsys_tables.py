@@ -286,18 +286,20 @@ def collectives_from_nccl_ranges(pool: StringPool, ranges: _Columns) -> _Columns
             "name_id": coll_name[keep]}
 
 
-def read_api_calls(ctx: ReadContext) -> _Columns:
-    """CUDA runtime/driver API calls; names without the ``_v\\d+`` version suffix."""
+def read_api_calls(ctx: ReadContext, where: str = "") -> _Columns:
+    """CUDA runtime/driver API calls (those matching the SQL condition ``where``, when given); names without the
+    ``_v\\d+`` version suffix."""
     cols = ctx.schema.cols(RUNTIME)
     if not cols:
         return {}
     require_columns(cols, RUNTIME, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalTid")}, {TID_SQL}, '
-           f'{_int(cols, "correlationId")}, {_int(cols, "nameId")} FROM {RUNTIME}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL, _int(cols, "correlationId"),
+             _int(cols, "nameId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(RUNTIME, 0), ctx.tick, table=RUNTIME,
-                         sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"])
+    data = fetch_table(ctx.conn, RUNTIME, exprs, fields, 0 if where else ctx.counts.get(RUNTIME, 0), ctx.tick,
+                       where=where, plain=ctx.plain,
+                       sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"])
     (data["name_id"],) = ctx.ids([data.pop("name_sid")], transform=strip_api_version)
     return sorted_by_start(data)
 
