@@ -45,8 +45,8 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
     if bounds is None or issue is None:
         return read_api_calls(ctx), {}, {}
     lo, hi, _ = bounds
-    launched = np.unique(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]))
-    launched = launched[launched >= 0]
+    launched = np.sort(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]))
+    launched = launched[np.searchsorted(launched, 0):]  # -1: no correlation
     names = np.asarray(_selected_name_ids(ctx), dtype=np.int64)
     exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL,
              _int(table_cols, "correlationId"), _int(table_cols, "nameId")]
@@ -73,10 +73,14 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
         keep |= np.isin(chunk["name_sid"], names)
         issue.offer(chunk, rows)
         kept.append({"row": rows[keep], **{k: v[keep] for k, v in chunk.items()}})
-    if len((ends := issue.rows())["row"]):
-        kept.append(ends)
+    ends = issue.rows()
+    if len(ends["row"]):  # those not kept already, merged in table order
+        taken = np.concatenate([p["row"] for p in kept])  # increasing
+        pos = np.minimum(np.searchsorted(taken, ends["row"]), max(len(taken) - 1, 0))
+        new = taken[pos] != ends["row"] if len(taken) else np.ones(len(ends["row"]), dtype=bool)
+        kept.append({k: v[new] for k, v in ends.items()})
     api = {k: np.concatenate([p[k] for p in kept]) for k in kept[0]}
-    order = np.unique(api.pop("row"), return_index=True)[1]  # table order, each row once
+    order = np.argsort(api.pop("row"), kind="stable")
     api = {k: v[order] for k, v in api.items()}
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
     every = {k: np.concatenate([p[k] for p in starts]) for k in ("start_ns", "pid")}
@@ -181,7 +185,7 @@ class _IssueRanges:
                           **{k: v[idx[better]] for k, v in chunk.items()}})
 
     def rows(self) -> _Columns:
-        """The calls still first or last of a range (columns of the chunks, ``row``), each once."""
+        """The calls still first or last of a range (columns of the chunks, ``row``), each once, by row."""
         parts = []
         for offers, best, field in ((self.first, self.first_start, "start_ns"), (self.last, self.last_end, "end_ns")):
             if not offers:
@@ -195,4 +199,6 @@ class _IssueRanges:
             parts.append({k: v[head] for k, v in got.items() if k != "at"})
         if not parts:
             return {"row": np.empty(0, dtype=np.int64)}
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        both = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        _, once = np.unique(both["row"], return_index=True)  # a call can be first of one range and last of another
+        return {k: v[once] for k, v in both.items()}
