@@ -16,6 +16,7 @@ import numpy as np
 
 from ..trace import StringPool
 from .nsys_sql import (
+    BadColumn,
     RowProgress,
     Schema,
     distinct_pairs,
@@ -249,13 +250,24 @@ def read_ranges(ctx: ReadContext, types: dict[str, int]) -> _Columns:
     text, text_id = _text_sql(cols)
     domain = "IFNULL(domainId, 0)" if "domainId" in cols else "0"
     range_types = (types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxMark"])
-    sql = (f'SELECT start, IFNULL("end", -1), eventType, {PID_SQL.format(col="globalTid")}, {TID_SQL}, '
-           f"{domain}, {text_id}, {text} FROM {NVTX} WHERE eventType IN (?, ?, ?)")
+    # integer columns as chunks of text (no tuple per row); then the inline texts alone, in the same order
+    exprs = ["start", 'IFNULL("end", -1)', "eventType", PID_SQL.format(col="globalTid"), TID_SQL, domain, text_id,
+             f"{text} IS NOT NULL"]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("event_type", "i8"), ("pid", "i8"), ("tid", "i8"),
-              ("domain", "i8"), ("text_sid", "i8"), ("text", "O")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get("nvtx_rows", 0), ctx.tick, params=range_types,
-                         table=NVTX, sources=["start", "end", "eventType", "globalTid", "globalTid", "domainId",
-                                              "textId", "text"])
+              ("domain", "i8"), ("text_sid", "i8"), ("has_text", "i8")]
+    where = "eventType IN (?, ?, ?)"
+    data = fetch_table(ctx.conn, NVTX, exprs, fields, ctx.counts.get("nvtx_rows", 0), ctx.tick, where=where,
+                       params=range_types, plain=ctx.plain, sources=["start", "end", "eventType", "globalTid",
+                                                                     "globalTid", "domainId", "textId", "text"])
+    has_text = data.pop("has_text").astype(bool)
+    texts = np.full(len(has_text), None, dtype=object)
+    if has_text.any():
+        found = [t for (t,) in ctx.conn.execute(f"SELECT {text} FROM {NVTX} WHERE {where} AND {text} IS NOT NULL",
+                                                range_types)]
+        if len(found) != int(has_text.sum()):  # a file written to while read
+            raise BadColumn(NVTX, "text", "rows changed while the export was read")
+        texts[has_text] = found
+    data["text"] = texts
     is_mark = data.pop("event_type") == types["NvtxMark"]
     data["end_ns"] = np.where(is_mark, data["start_ns"], data["end_ns"])
     inline = intern_texts(ctx.pool, data.pop("text"))
