@@ -233,7 +233,7 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
         if key in want or (key == "ranges" and "collectives" in want)}}
     if API_SUBSET in want and "api_calls" not in want:  # about one launch per kernel or memop, and every start
-        rows |= {"api_calls": counts["kernels"] + counts["memcpy"] + counts["memset"],
+        rows |= {"api_needed": counts["kernels"] + counts["memcpy"] + counts["memset"],
                  "api_starts": counts["api_calls"]}
     check_memory(path, nsys_estimate(rows), window)
     pool = StringPool()
