@@ -23,7 +23,7 @@ import numpy as np
 from ..api_names import ISSUE_OP, SELECTED_API_NAMES
 from ..trace import StringPool
 from .nsys_sql import sorted_by_start, table_chunks
-from .nsys_tables import PID_SQL, RUNTIME, TID_SQL, ReadContext, _int, read_api_calls, strip_api_version
+from .nsys_tables import PID_SQL, RUNTIME, TID_SQL, ReadContext, int_expr, read_api_calls, strip_api_version
 from .sanity import capture_bounds
 
 #: Words every name of :data:`SELECTED_API_NAMES` contains (an SQL ``LIKE`` pre-filter of StringIds).
@@ -49,7 +49,7 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
     launched = launched[np.searchsorted(launched, 0):]  # -1: no correlation
     names = np.asarray(_selected_name_ids(ctx), dtype=np.int64)
     exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL,
-             _int(table_cols, "correlationId"), _int(table_cols, "nameId")]
+             int_expr(table_cols, "correlationId"), int_expr(table_cols, "nameId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
     kept: list[_Columns] = [{"row": np.empty(0, dtype=np.int64), **{k: np.empty(0, dtype=t) for k, t in fields}}]

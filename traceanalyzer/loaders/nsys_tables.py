@@ -81,7 +81,7 @@ class ReadContext:
                                  has_string_table=self.schema.has("StringIds", "id", "value"))
 
 
-def _int(cols: frozenset[str], name: str, default: str = "-1") -> str:
+def int_expr(cols: frozenset[str], name: str, default: str = "-1") -> str:
     """``IFNULL(col, -1)`` when the column exists, else the default literal."""
     return f"IFNULL({quote(name)}, -1)" if name in cols else default
 
@@ -104,11 +104,11 @@ def read_kernels(ctx: ReadContext) -> _Columns:
         return {}
     require_columns(cols, KERNEL, "start", "end")
     graph = ("IFNULL(graphId, IFNULL(graphNodeId, -1))" if {"graphId", "graphNodeId"} <= cols
-             else _int(cols, "graphId") if "graphId" in cols else _int(cols, "graphNodeId"))
+             else int_expr(cols, "graphId") if "graphId" in cols else int_expr(cols, "graphNodeId"))
     name = ("IFNULL(demangledName, IFNULL(shortName, -1))" if {"demangledName", "shortName"} <= cols
-            else _int(cols, "demangledName", _int(cols, "shortName")))
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
-             _int(cols, "streamId"), _int(cols, "correlationId"), name, _int(cols, "shortName"), graph,
+            else int_expr(cols, "demangledName", int_expr(cols, "shortName")))
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), name, int_expr(cols, "shortName"), graph,
              _product(cols, "gridX", "gridY", "gridZ"), _product(cols, "blockX", "blockY", "blockZ")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("name_sid", "i8"), ("short_sid", "i8"), ("graph_id", "i8"),
@@ -137,9 +137,9 @@ def memcpy_kind_names(conn: sqlite3.Connection, schema: Schema) -> dict[int, tup
 def _memcpy(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMCPY)
     require_columns(cols, MEMCPY, "start", "end")
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
-             _int(cols, "streamId"), _int(cols, "correlationId"), _int(cols, "copyKind", "0"), _int(cols, "bytes"),
-             _int(cols, "srcDeviceId"), _int(cols, "dstDeviceId")]
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "copyKind", "0"),
+             int_expr(cols, "bytes"), int_expr(cols, "srcDeviceId"), int_expr(cols, "dstDeviceId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("copy_kind", "i8"), ("bytes", "i8"), ("src_device", "i4"),
               ("dst_device", "i4")]
@@ -162,8 +162,8 @@ def _memcpy(ctx: ReadContext) -> _Columns:
 def _memset(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMSET)
     require_columns(cols, MEMSET, "start", "end")
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
-             _int(cols, "streamId"), _int(cols, "correlationId"), _int(cols, "bytes")]
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "bytes")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("bytes", "i8")]
     data = fetch_table(ctx.conn, MEMSET, exprs, fields, ctx.counts.get(MEMSET, 0), ctx.tick, plain=ctx.plain,
@@ -305,8 +305,8 @@ def read_api_calls(ctx: ReadContext, where: str = "") -> _Columns:
     if not cols:
         return {}
     require_columns(cols, RUNTIME, "start", "end")
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL, _int(cols, "correlationId"),
-             _int(cols, "nameId")]
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL, int_expr(cols, "correlationId"),
+             int_expr(cols, "nameId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
     data = fetch_table(ctx.conn, RUNTIME, exprs, fields, 0 if where else ctx.counts.get(RUNTIME, 0), ctx.tick,
@@ -322,8 +322,8 @@ def read_graph_launches(ctx: ReadContext) -> _Columns:
     if not cols:
         return {}
     require_columns(cols, GRAPH_TRACE, "start", "end")
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), _int(cols, "deviceId"),
-             _int(cols, "streamId"), _int(cols, "correlationId"), _int(cols, "graphId")]
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "graphId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("graph_id", "i8")]
     return sorted_by_start(fetch_table(
