@@ -59,9 +59,43 @@ def lengths_sum(u: Intervals) -> int:
 
 
 def _sweep(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
-    """``a ∩ b`` (``want_b``) or ``a − b`` for any two sets, by a coverage-count sweep over all boundaries."""
+    """``a ∩ b`` (``want_b``) or ``a − b`` for any two sets: between two unions by :func:`_pieces`, else by a
+    coverage-count sweep over all boundaries."""
+    a, b = _arrays(*a), _arrays(*b)
+    if _is_union(a) and _is_union(b):
+        return _pieces(a, b, want_b)
     x, in_a, in_b = _states(a, b)
     return _runs(x, in_a & in_b if want_b else in_a & ~in_b)
+
+
+def _is_union(u: Intervals) -> bool:
+    """Whether a set already is a union: sorted, non-empty, disjoint and not touching intervals."""
+    s, e = u
+    return bool((e > s).all() and (s[1:] > e[:-1]).all())
+
+
+def _pieces(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
+    """``a ∩ b`` or ``a − b`` of two unions without sorting: for each interval of ``a``, the intervals of ``b``
+    overlapping it (found by binary search) cut it into pieces — the overlaps, or the gaps between them. The pieces
+    are a union already: within an interval of ``a`` they are separated by non-empty intervals of ``b`` (or are
+    overlaps with distinct, non-touching ones), and intervals of ``a`` are apart."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    first = np.searchsorted(b_e, a_s, side="right")  # first b ending after the a interval starts
+    stop = np.searchsorted(b_s, a_e, side="left")  # b intervals from here on start at or after its end
+    n = np.maximum(stop - first, 0)
+    if want_b:
+        owner = np.repeat(np.arange(len(a_s)), n)
+        j = first[owner] + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        return np.maximum(a_s[owner], b_s[j]), np.minimum(a_e[owner], b_e[j])
+    # n overlapping b intervals leave n + 1 gaps: [a_s, b_s[first]), [b_e[first], b_s[first + 1]), …, [b_e[last], a_e)
+    owner = np.repeat(np.arange(len(a_s)), n + 1)
+    k = np.arange(int((n + 1).sum())) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)  # gap index in its a interval
+    j = first[owner] + k
+    starts = np.where(k == 0, a_s[owner], b_e[np.clip(j - 1, 0, max(len(b_e) - 1, 0))] if len(b_e) else a_s[owner])
+    ends = np.where(k == n[owner], a_e[owner], b_s[np.clip(j, 0, max(len(b_s) - 1, 0))] if len(b_s) else a_e[owner])
+    starts, ends = np.maximum(starts, a_s[owner]), np.minimum(ends, a_e[owner])
+    keep = ends > starts
+    return starts[keep], ends[keep]
 
 
 def _runs(x: np.ndarray, inside: np.ndarray) -> Intervals:
@@ -105,7 +139,10 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
 
 
 def split(a: Intervals, b: Intervals) -> tuple[Intervals, Intervals]:
-    """``(a ∩ b, a − b)`` from one sweep (inputs need not be unions)."""
+    """``(a ∩ b, a − b)`` from one sweep (inputs need not be unions; two unions are cut without one)."""
+    a, b = _arrays(*a), _arrays(*b)
+    if _is_union(a) and _is_union(b):
+        return _pieces(a, b, True), _pieces(a, b, False)
     x, in_a, in_b = _states(a, b)
     return _runs(x, in_a & in_b), _runs(x, in_a & ~in_b)
 
