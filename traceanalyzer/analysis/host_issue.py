@@ -251,20 +251,25 @@ def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads:
     if len(api) == 0 or len(starts) == 0:
         return none, none.copy()
     a_thread = thread_key(api["pid"], api["tid"])
+    on = np.flatnonzero(np.isin(a_thread, np.unique(threads)))  # calls of other threads: other lanes, never found
+    if len(on) == 0:
+        return none, none.copy()
+    a_thread, a_start, a_end = a_thread[on], api["start_ns"][on], api["end_ns"][on]
+    n = len(on)
     _, lane = np.unique(np.r_[a_thread, threads], return_inverse=True)
     lane = lane.ravel()
-    t0 = int(min(api["start_ns"].min(), starts.min()))
-    span = int(max(api["end_ns"].max(), ends.max()) - t0) + 1
-    key = _lift(api["start_ns"], lane[: len(api)], t0, span)
+    t0 = int(min(a_start.min(), starts.min()))
+    span = int(max(a_end.max(), ends.max()) - t0) + 1
+    key = _lift(a_start, lane[:n], t0, span)
     order = np.argsort(key, kind="stable")
     key = key[order]
-    a_end = np.maximum.accumulate(_lift(api["end_ns"], lane[: len(api)], t0, span)[order])
-    lo = _lift(starts, lane[len(api):], t0, span)
-    hi = _lift(ends, lane[len(api):], t0, span)
+    a_end = np.maximum.accumulate(_lift(a_end, lane[:n], t0, span)[order])
+    lo = _lift(starts, lane[n:], t0, span)
+    hi = _lift(ends, lane[n:], t0, span)
     first = np.searchsorted(key, lo, side="left")
     last = np.searchsorted(key, hi, side="left") - 1
     ok = last >= first
-    base = lane[len(api):] * span - t0
+    base = lane[n:] * span - t0
     return (np.where(ok, key[np.minimum(first, len(key) - 1)] - base, -1),
             np.where(ok, np.minimum(a_end[np.maximum(last, 0)], hi) - base, -1))
 
