@@ -327,7 +327,8 @@ def _pool_ids(conn: sqlite3.Connection, pool: StringPool, uniq: np.ndarray,
 
 
 def intern_texts(pool: StringPool, texts: np.ndarray) -> np.ndarray:
-    """Pool ids (int32) of an object array of strings, ``None`` → ``-1``; each distinct text interned once."""
+    """Pool ids (int32) of an object array of strings (or their bytes, decoded here), ``None`` → ``-1``; each
+    distinct text decoded and interned once."""
     import pandas as pd
 
     if len(texts) == 0:
