@@ -87,15 +87,31 @@ def _pieces(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
         owner = np.repeat(np.arange(len(a_s)), n)
         j = first[owner] + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
         return np.maximum(a_s[owner], b_s[j]), np.minimum(a_e[owner], b_e[j])
-    # n overlapping b intervals leave n + 1 gaps: [a_s, b_s[first]), [b_e[first], b_s[first + 1]), …, [b_e[last], a_e)
-    owner = np.repeat(np.arange(len(a_s)), n + 1)
-    k = np.arange(int((n + 1).sum())) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)  # gap index in its a interval
-    j = first[owner] + k
-    starts = np.where(k == 0, a_s[owner], b_e[np.clip(j - 1, 0, max(len(b_e) - 1, 0))] if len(b_e) else a_s[owner])
-    ends = np.where(k == n[owner], a_e[owner], b_s[np.clip(j, 0, max(len(b_s) - 1, 0))] if len(b_s) else a_e[owner])
-    starts, ends = np.maximum(starts, a_s[owner]), np.minimum(ends, a_e[owner])
+    # only the a intervals some b overlaps change: n overlapping b intervals leave n + 1 gaps,
+    # [a_s, b_s[first]), [b_e[first], b_s[first + 1]), …, [b_e[last], a_e)
+    hit = np.flatnonzero(n)
+    if len(hit) == 0:
+        return a_s.copy(), a_e.copy()
+    h_n = n[hit]
+    owner = np.repeat(np.arange(len(hit)), h_n + 1)
+    k = np.arange(int((h_n + 1).sum())) - np.repeat(np.cumsum(h_n + 1) - (h_n + 1), h_n + 1)  # gap index
+    j = first[hit][owner] + k
+    h_s, h_e = a_s[hit][owner], a_e[hit][owner]
+    starts = np.maximum(np.where(k == 0, h_s, b_e[np.maximum(j - 1, 0)]), h_s)
+    ends = np.minimum(np.where(k == h_n[owner], h_e, b_s[np.minimum(j, len(b_s) - 1)]), h_e)
     keep = ends > starts
-    return starts[keep], ends[keep]
+    starts, ends, owner = starts[keep], ends[keep], owner[keep]
+    # every a interval in order: untouched ones whole, the others as their gaps
+    count = np.ones(len(a_s), dtype=np.int64)
+    count[hit] = per_hit = np.bincount(owner, minlength=len(hit))
+    at = np.cumsum(count) - count
+    out_s, out_e = np.empty(int(count.sum()), dtype=_I64), np.empty(int(count.sum()), dtype=_I64)
+    whole = np.ones(len(a_s), dtype=bool)
+    whole[hit] = False
+    out_s[at[whole]], out_e[at[whole]] = a_s[whole], a_e[whole]
+    slot = at[hit][owner] + (np.arange(len(owner)) - np.repeat(np.cumsum(per_hit) - per_hit, per_hit))
+    out_s[slot], out_e[slot] = starts, ends
+    return out_s, out_e
 
 
 def _runs(x: np.ndarray, inside: np.ndarray) -> Intervals:
