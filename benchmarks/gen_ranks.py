@@ -25,6 +25,11 @@ def replicate(out: Path, n: int, source: Path = DEFAULT_SOURCE) -> list[Path]:
     sources = sorted(source.parent.glob(f"{source.name}_rank*.json.gz"))
     if not sources:
         raise FileNotFoundError(f"no {source}_rank*.json.gz")
+    return replicate_files(out, n, sources)
+
+
+def replicate_files(out: Path, n: int, sources: list[Path]) -> list[Path]:
+    """``n`` rank files in ``out`` made from the rank files ``sources`` (gzipped Kineto JSON, in rank order)."""
     heads: list[tuple[dict, bytes]] = []
     for src in sources:
         doc = json.loads(gzip.decompress(src.read_bytes()))

@@ -34,16 +34,19 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
             layer_pattern: str | None = DEFAULT_LAYER_PATTERN, rules: PathLike | None = None,
             gpu_log: PathLike | None = None, jobs: int = 1, findings: bool = True,
             extra: dict[str, Any] | None = None, progress: ProgressFn | None = None,
-            window: str | None = None) -> Summary:
+            window: str | None = None, engine: str = "local", scheduler: str | None = None) -> Summary:
     """Summarize loaded Traces, or trace files / directories of rank traces (loaded and classified first).
 
     ``step_range`` names the NVTX/record_function range marking a step, ``layer_pattern`` the regex of layer
     ranges, ``rules`` a TOML file of extra classification rules, ``gpu_log`` an nvidia-smi CSV log; ``jobs``
     worker processes load files; ``findings=False`` skips the findings rules; ``extra`` passes
     ``finding_thresholds`` / ``disabled_findings``. ``progress`` and ``window`` (``"START:END"`` seconds from the
-    capture start) apply to paths only.
+    capture start) apply to paths only. ``engine="dask"`` loads and analyses each rank file on a Dask worker
+    (``scheduler``: its address, else ``$DASK_SCHEDULER_ADDRESS``, else a local cluster of ``jobs`` workers;
+    ``pip install 'traceanalyzer[dask]'``); the answer is the local engine's.
 
     >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])   # doctest: +SKIP
+    >>> s = ta.summary("ranks/", engine="dask", scheduler="tcp://head:8786")   # doctest: +SKIP
     """
     from .pipeline import summary as _summary
 
@@ -53,6 +56,8 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
         options["progress"] = progress
     if window is not None:
         options["window"] = window
+    if engine != "local" or scheduler is not None:
+        options.update(engine=engine, scheduler=scheduler)
     return _summary(traces_or_paths, **options)
 
 

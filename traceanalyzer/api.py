@@ -75,25 +75,39 @@ def assign_ranks_across_files(traces: list[Trace]) -> list[Trace]:
     warning. Files with distinct ranks are returned unchanged, and so are files whose ranks torch.distributed
     stated (``distributedInfo``): colliding stated ranks are rank files of different runs, which the summary
     tells apart."""
-    ranks = [sorted(set(t.ranks)) for t in traces]
-    flat = [r for rs in ranks for r in rs]
-    if len(traces) < 2 or (len(flat) == len(set(flat)) and -1 not in flat):
+    plan = rank_plan([rank_facts(t) for t in traces])
+    if plan is None:
         return traces
+    return [renumbered(t, new_rank, note) for t, (new_rank, note) in zip(traces, plan, strict=True)]
+
+
+def rank_facts(trace: Trace) -> tuple[list[int], bool]:
+    """What :func:`rank_plan` reads of a trace: its distinct ranks, and whether torch.distributed stated them."""
+    return sorted(set(trace.ranks)), bool(trace.capabilities.get("has_distributed_info"))
+
+
+def rank_plan(facts: list[tuple[list[int], bool]]) -> list[tuple[int, str]] | None:
+    """(new rank, warning) per file when the files' ranks must be renumbered (:func:`assign_ranks_across_files`),
+    else None."""
+    ranks = [rs for rs, _ in facts]
+    flat = [r for rs in ranks for r in rs]
+    if len(facts) < 2 or (len(flat) == len(set(flat)) and -1 not in flat):
+        return None
     if any(len(rs) != 1 for rs in ranks):
-        return traces  # several processes per file: keep the loaders' ranks (they came from the file itself)
-    if -1 not in flat and all(t.capabilities.get("has_distributed_info") for t in traces):
-        return traces  # ranks stated by torch.distributed: a collision means several runs (analysis.runs)
-    out: list[Trace] = []
-    for new_rank, trace in enumerate(traces):
-        renumbered = trace
-        for name, table in trace.tables.items():
-            if "rank" in table and len(table):
-                renumbered = renumbered.with_table(name, table.with_columns(
-                    rank=np.full(len(table), new_rank, dtype=np.int32)))
-        note = f"rank {new_rank} assigned from file order (the files' own ranks collide: {flat})"
-        out.append(replace(renumbered, devices=[replace(d, rank=new_rank) for d in trace.devices],
-                           warnings=[*trace.warnings, note]))
-    return out
+        return None  # several processes per file: keep the loaders' ranks (they came from the file itself)
+    if -1 not in flat and all(stated for _, stated in facts):
+        return None  # ranks stated by torch.distributed: a collision means several runs (analysis.runs)
+    return [(new_rank, f"rank {new_rank} assigned from file order (the files' own ranks collide: {flat})")
+            for new_rank in range(len(facts))]
+
+
+def renumbered(trace: Trace, new_rank: int, note: str) -> Trace:
+    """The trace with every table's rank (and its devices') set to ``new_rank``, and ``note`` as a warning."""
+    out = trace
+    for name, table in trace.tables.items():
+        if "rank" in table and len(table):
+            out = out.with_table(name, table.with_columns(rank=np.full(len(table), new_rank, dtype=np.int32)))
+    return replace(out, devices=[replace(d, rank=new_rank) for d in trace.devices], warnings=[*trace.warnings, note])
 
 
 def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
@@ -101,13 +115,20 @@ def require_kernels(traces: Sequence[Trace], paths: Sequence[PathLike]) -> None:
     if any(len(t.kernels) for t in traces):
         return
     where = traces[0].path if len(traces) == 1 else ", ".join(str(p) for p in paths)
-    raise EmptyTraceError(where, "no kernel activity in the trace", _empty_hint(list(traces)))
+    raise empty_trace_error(where, any(lacks_kernel_table(t) for t in traces))
 
 
-def _empty_hint(traces: list[Trace]) -> str:
-    if any(t.format == "nsys-sqlite" and not t.capabilities.get("has_kernel_table", True) for t in traces):
-        return "the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
-    return "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)"
+def empty_trace_error(where: PathLike, no_kernel_table: bool) -> EmptyTraceError:
+    """The error for inputs without kernel activity; ``no_kernel_table``: an nsys export without its table."""
+    hint = ("the export has no kernel table: profile with -t cuda (and --cuda-graph-trace=node for CUDA graphs)"
+            if no_kernel_table else
+            "profile with CUDA activity enabled (nsys -t cuda; torch.profiler with ProfilerActivity.CUDA)")
+    return EmptyTraceError(where, "no kernel activity in the trace", hint)
+
+
+def lacks_kernel_table(trace: Trace) -> bool:
+    """An nsys export without its kernel table (captured without -t cuda)."""
+    return trace.format == "nsys-sqlite" and not trace.capabilities.get("has_kernel_table", True)
 
 
 NO_KERNEL_TABLE_HINT = "profile with -t cuda; for CUDA graphs add --cuda-graph-trace=node"

@@ -136,8 +136,15 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None, metavar="FILE",
               help="With --json: write the JSON to FILE (atomically; '-' = stdout) instead of stdout.")
 @_analysis_options
+@click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="local: this process (-j loader processes); dask: each rank file loaded and analysed on a Dask "
+                   "worker, only compact per-rank results travel back (pip install 'traceanalyzer[dask]').")
+@click.option("--scheduler", default=None, metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
+              help="With --engine dask: the scheduler (tcp://HOST:8786; env DASK_SCHEDULER_ADDRESS); default: a "
+                   "local cluster of -j worker processes. Workers read the trace files by path.")
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
-            jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
+            jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None,
+            engine: str, scheduler: str | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -156,7 +163,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
         from .pipeline import hta_compat as hta_fn
 
         ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
-                                            ("--window", window),
+                                            ("--window", window), ("--engine dask", engine != "local"),
                                             ("--layer-pattern", layer_pattern != DEFAULT_LAYER_PATTERN)) if given]
         if ignored:
             raise click.UsageError(f"--hta-compat follows HTA's own conventions; drop {', '.join(ignored)}")
@@ -172,9 +179,14 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
         return
     from .pipeline import summarize_paths
 
+    if scheduler is not None and engine != "dask":
+        if not os.environ.get("DASK_SCHEDULER_ADDRESS") or scheduler != os.environ["DASK_SCHEDULER_ADDRESS"]:
+            raise click.UsageError("--scheduler needs --engine dask")
+        scheduler = None  # only the environment's default: ignored by the local engine
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
-                                 layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
+                                 layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
+                                 engine=engine, scheduler=scheduler)
     if as_json:
         _emit_json(result.to_json(), output, inputs)
         return

@@ -32,6 +32,18 @@ class TraceAnalyzerError(Exception):
 
     exit_code: ExitCode = ExitCode.INTERNAL_ERROR
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its class, message and attributes (a Dask worker's error reaches the driver as raised)."""
+        return _restore, (type(self), self.args, dict(self.__dict__))
+
+
+def _restore(cls: type[TraceAnalyzerError], args: tuple[object, ...], state: dict[str, object]
+             ) -> TraceAnalyzerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class BadInputError(TraceAnalyzerError):
     """A file or argument the user gave cannot be used; the message names it and the problem."""

@@ -11,66 +11,36 @@ inside the functions, so that a summary imports them while a forked helper decod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
-from .api import classified, load_files, load_many, require_kernels
+from .api import load_files, load_many, require_kernels
 from .errors import BadInputError
 from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
+from .stages import LocalTraceWork, analyze_trace, classified_once, reduce_parts
 from .trace import Trace
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from .analysis.hta_compat import HtaCompatResult
-    from .analysis.results import DeviceSummary, Summary
+    from .analysis.results import Summary
     from .analysis.summary import SummaryOptions
 
 PathLike = str | Path
+ENGINES = ("local", "dask")  # summary engines: this process (+ -j loader processes), a Dask cluster
 
 
 def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = None, **kwargs: Any) -> Summary:
     """The whole ``summary`` of already loaded (classified) traces: one :class:`DeviceSummary` per (rank, device)
     with kernels, cross-rank matching, the what-if estimate and findings. ``kwargs`` set SummaryOptions fields."""
-    from .analysis.cross_rank import analyze_cross_rank
-    from .analysis.device import analyze_device
-    from .analysis.results import Summary
-    from .analysis.runs import group_runs, run_warnings
-    from .analysis.summary import SummaryOptions, device_pairs, trace_meta
-    from .analysis.what_if import estimate_comm_free
+    from .analysis.summary import SummaryOptions
 
     opts = options or SummaryOptions(**kwargs)
     check_layer_pattern(opts.layer_pattern)
-    trace_list = [_classified(t, opts.rules) for t in ([traces] if isinstance(traces, Trace) else traces)]
-    metas = [trace_meta(t) for t in trace_list]
-    devices = [analyze_device(t, rank, device, options=opts)
-               for t in trace_list for rank, device in device_pairs(t)]
-    # cross-rank claims only between rank files of one run (analysis.runs): the primary run
-    runs = group_runs(trace_list, devices)
-    primary = set(runs[0].paths) if runs else set()
-    run_traces = [t for t in trace_list if str(t.path) in primary]
-    run_devices = [d for d in devices if d.trace in primary]
-    cross = analyze_cross_rank(run_traces, run_devices)
-    if cross is not None and runs:
-        cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
-                            "world_size": runs[0].world_size})
-    what_if = estimate_comm_free(run_traces, run_devices, cross)  # reads cross.extra["partial"]
-    warnings = [_named(t.path, w) for t in trace_list for w in t.warnings]
-    warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
-    warnings += run_warnings(runs)
-    result = Summary(traces=metas, devices=devices, cross_rank=cross, what_if=what_if, warnings=warnings,
-                     gpu_metrics=_gpu_metrics(trace_list),
-                     extra={"runs": [r.to_json() for r in runs],
-                            "ranks_missing": sum(r.ranks_missing for r in runs)})
-    if opts.gpu_log is not None:
-        result.power = _power(trace_list, devices, opts.gpu_log)
-    if opts.findings:
-        from .findings import run_findings
-
-        result.findings = run_findings(trace_list, result, opts)
-    return result
+    trace_list = [classified_once(t, opts.rules) for t in ([traces] if isinstance(traces, Trace) else traces)]
+    return reduce_parts([analyze_trace(t, opts) for t in trace_list], opts, LocalTraceWork(trace_list))
 
 
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
@@ -84,11 +54,13 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     items = list(traces_or_paths) if isinstance(traces_or_paths, (list, tuple)) else [traces_or_paths]
     traces = [t for t in items if isinstance(t, Trace)]
     if items and len(traces) == len(items):
+        if options.pop("engine", "local") != "local" or options.pop("scheduler", None) is not None:
+            raise TypeError("the Dask engine loads files on its workers: pass paths, not Trace objects")
         return summarize(traces, SummaryOptions(**options))
     if traces:
         raise TypeError("pass either Trace objects or paths, not both")
     fields = set(SummaryOptions.__dataclass_fields__)
-    unknown = set(options) - fields - {"progress", "window"}
+    unknown = set(options) - fields - {"progress", "window", "engine", "scheduler"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     return summarize_paths([p for p in items if isinstance(p, (str, Path))], **options)
@@ -97,18 +69,31 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
 def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
-                    progress: ProgressFn | None = None, window: str | None = None) -> Summary:
+                    progress: ProgressFn | None = None, window: str | None = None,
+                    skip: Collection[str] = (), engine: str = "local", scheduler: str | None = None) -> Summary:
     """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
-    commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields.
+    commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields;
+    ``engine="dask"`` computes it on a Dask cluster (``scheduler`` address, :mod:`traceanalyzer.on_dask`).
 
     Errors as :func:`load_for_summary`.
     """
+    if engine not in ENGINES:
+        raise BadInputError(None, f"unknown engine {engine!r}", f"one of {', '.join(ENGINES)}")
+    if engine == "dask":
+        from .on_dask import summarize_on_dask
+
+        return summarize_on_dask(paths, scheduler=scheduler, jobs=jobs, rules=rules, step_range=step_range,
+                                 layer_pattern=layer_pattern, gpu_log=gpu_log, findings=findings, extra=extra,
+                                 window=window, skip=skip)
+    if scheduler is not None:
+        raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
     traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
                               window=window)
     from .analysis.summary import SummaryOptions
 
     return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {}))
+                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {},
+                                            skip=frozenset(skip)))
 
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
@@ -150,45 +135,3 @@ def _prepare_summary() -> None:
     default_rules()
 
 
-def _classified(trace: Trace, rules: PathLike | None) -> Trace:
-    """The trace itself when it already has class columns, else classified (e.g. ``ta.load(classify=False)``)."""
-    if "bucket_id" in trace.kernels:
-        return trace
-    return classified(trace, rules)
-
-
-def _gpu_metrics(traces: list[Trace]) -> pd.DataFrame | None:
-    import pandas as pd
-
-    from .analysis.gpu_metrics import aggregate_gpu_metrics
-
-    frames = [aggregate_gpu_metrics(t).assign(trace=str(t.path)) for t in traces if len(t.gpu_metrics)]
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
-def _power(traces: list[Trace], devices: list[DeviceSummary], gpu_log: PathLike) -> dict[str, Any] | None:
-    """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be."""
-    from .analysis.power import power_during
-    from .loaders.power_log import read_power_log
-
-    windows: dict[int, tuple[int, int]] = {}
-    base = {str(t.path): t.base_time_ns for t in traces}
-    for dev in devices:
-        origin = base.get(dev.trace)
-        lo, hi = dev.extra.get("window_ns", (0, 0))
-        if origin is None or hi <= lo:
-            continue
-        old = windows.get(dev.device)
-        span = (lo + origin, hi + origin)
-        windows[dev.device] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
-    if not windows:
-        return {"log": Path(gpu_log).name, "matched": False, "reason": "traces carry no UTC clock origin",
-                "gpus": []}
-    return power_during(read_power_log(gpu_log), windows)
-
-
-def _named(path: PathLike, warning: str) -> str:
-    """The warning prefixed by its file's name, unless a loader already put the name first."""
-    name = Path(path).name
-    return warning if warning.startswith(f"{name}:") else f"{name}: {warning}"

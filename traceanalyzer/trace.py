@@ -136,6 +136,17 @@ class DeviceInfo:
     memory_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class TraceHeader:
+    """A trace's identity without its tables: what a summary's reduce reads of a trace (run identity, clocks,
+    power alignment) where the trace itself stays on a worker."""
+
+    path: str
+    format: str
+    base_time_ns: int | None = None
+    world_size: int | None = None
+
+
 @dataclass
 class Trace:
     """One trace file, normalized. Times are integer ns on the trace's own clock.
@@ -159,6 +170,10 @@ class Trace:
     def __post_init__(self) -> None:
         for name in TABLES:
             self.tables.setdefault(name, Table.empty(name))
+
+    def header(self) -> TraceHeader:
+        """The trace's identity without its tables."""
+        return TraceHeader(str(self.path), self.format, self.base_time_ns, self.world_size)
 
     # -- convenient access -------------------------------------------------------------------
     @property

@@ -48,11 +48,11 @@ def _wait_intervals(dev: DeviceSummary, cross: CrossRankSummary | None) -> iv.In
     return iv.union(starts, starts + per[wait_col].to_numpy(np.int64))
 
 
-def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> tuple[iv.Intervals, iv.Intervals]:
-    """Idle gaps of the device within ``[lo, hi)``, split into (host-bound, other) as the module doc says."""
+def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> iv.Intervals:
+    """The host-bound idle gaps of the device within ``[lo, hi)`` (the module doc says which)."""
     gs, ge = iv.gaps(act.busy, lo, hi)
     if len(gs) == 0:
-        return iv.empty(), iv.empty()
+        return iv.empty()
     starts = np.r_[act.kernels["start_ns"], act.memops["start_ns"]]
     launch = np.r_[act.launch_ns, act.memop_launch_ns]
     order = np.argsort(starts, kind="stable")
@@ -67,43 +67,58 @@ def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> tuple[iv.Interval
                                                           np.minimum(last, len(launch))].ravel())[0::2]
         latest = np.where(has_next, mx, -1)
     host = (latest >= 0) & (latest >= gs)
-    return (gs[host], ge[host]), (gs[~host], ge[~host])
+    return gs[host], ge[host]
 
 
 def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: list[str]) -> pd.DataFrame:
     """One row per step of ``dev`` (its ``per_step`` windows), one int64 column per component plus ``step`` and
-    ``duration_ns``; the component columns of a row sum to its ``duration_ns``."""
+    ``duration_ns``; the component columns of a row sum to its ``duration_ns``.
+
+    The summary's per-step ``busy_ns``, ``idle_ns`` and ``comm_exposed_ns`` are reused: the exposed communication
+    is communication under no compute kernel, split into wait and transfer; memory copies are the busy time less
+    compute and exposed communication; ``idle:other`` is the idle time less ``idle:host``."""
     act: DeviceActivity | None = dev.activity
     steps = dev.per_step
     if act is None or not len(steps):
         return pd.DataFrame(columns=["step", "duration_ns"])
     ws = steps["start_ns"].to_numpy(np.int64)
     we = steps["end_ns"].to_numpy(np.int64)
-    out = pd.DataFrame({"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws})
-    k = act.kernels
-    claimed = iv.empty()
-    compute_buckets = [b for b in order if b != COMMUNICATION]
-    names = act.kernel_bucket.astype(str)  # a bucket the rules do not know still gets its own component
-    present = sorted(set(names[~act.kernel_is_comm].tolist()) - set(compute_buckets))
-    for bucket in [*compute_buckets, *present]:
-        sel = (names == bucket) & ~act.kernel_is_comm
-        if not sel.any():
-            continue
-        own = iv.difference(iv.union(k["start_ns"][sel], k["end_ns"][sel]), claimed)
-        out[COMPUTE_PREFIX + bucket] = iv.measure_within(own, ws, we)
-        claimed = iv.union(np.r_[claimed[0], own[0]], np.r_[claimed[1], own[1]])
-    exposed = iv.difference(act.comm, claimed)
-    wait = iv.intersect(exposed, _wait_intervals(dev, cross))
-    wait_ns = iv.measure_within(wait, ws, we)
+    out: dict[str, np.ndarray] = {"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws}
+    compute_ns = _claim_compute(act, order, ws, we, out)
+    exposed_ns = steps["comm_exposed_ns"].to_numpy(np.int64)
+    waits = _wait_intervals(dev, cross)
+    wait_ns = iv.measure_within(iv.intersect(iv.difference(act.comm, act.compute), waits), ws, we) \
+        if len(waits[0]) else np.zeros(len(ws), dtype=np.int64)
     out[COMM_WAIT] = wait_ns
-    out[COMM_TRANSFER] = iv.measure_within(exposed, ws, we) - wait_ns
-    claimed = iv.union(np.r_[claimed[0], act.comm[0]], np.r_[claimed[1], act.comm[1]])
-    out[MEMORY_COPIES] = iv.measure_within(iv.difference(act.busy, claimed), ws, we)
+    out[COMM_TRANSFER] = exposed_ns - wait_ns
+    out[MEMORY_COPIES] = steps["busy_ns"].to_numpy(np.int64) - compute_ns - exposed_ns
     lo, hi = (int(min(ws.min(), act.span[0])), int(max(we.max(), act.span[1])))
-    host, other = _host_bound_gaps(act, lo, hi)
-    out[IDLE_HOST] = iv.measure_within(host, ws, we)
-    out[IDLE_OTHER] = iv.measure_within(other, ws, we)
-    return out
+    host_ns = iv.measure_within(_host_bound_gaps(act, lo, hi), ws, we)
+    out[IDLE_HOST] = host_ns
+    out[IDLE_OTHER] = steps["idle_ns"].to_numpy(np.int64) - host_ns
+    return pd.DataFrame(out)
+
+
+def _claim_compute(act: DeviceActivity, order: list[str], ws: np.ndarray, we: np.ndarray,
+                   out: dict[str, np.ndarray]) -> np.ndarray:
+    """Add to ``out`` the ``compute:<bucket>`` column of every bucket with non-communication kernels, in ``order``
+    (buckets it does not list after it, sorted); returns the compute time per window. A bucket's own time is what
+    the buckets before it left: the time of the union of it and them, less the time of theirs."""
+    compute = ~act.kernel_is_comm
+    codes, found = pd.factorize(act.kernels["bucket_id"][compute])
+    names = [str(b) for b in act.trace.names(found)]  # a bucket the rules do not know gets its own component
+    buckets = [b for b in order if b != COMMUNICATION and b in names] + sorted(set(names) - set(order))
+    rank = np.array([buckets.index(b) for b in names], dtype=np.int64)[codes]
+    us, ue, group = iv.group_union(act.kernels["start_ns"][compute], act.kernels["end_ns"][compute], rank)
+    cut = np.searchsorted(group, np.arange(len(buckets) + 1))  # group_union sorts by group
+    claimed, before = iv.empty(), np.zeros(len(ws), dtype=np.int64)
+    for i, bucket in enumerate(buckets):
+        claimed = iv.union(np.concatenate([claimed[0], us[cut[i]:cut[i + 1]]]),
+                           np.concatenate([claimed[1], ue[cut[i]:cut[i + 1]]]))
+        now = iv.measure_within(claimed, ws, we)
+        out[COMPUTE_PREFIX + bucket] = now - before
+        before = now
+    return before
 
 
 def component_columns(frame: pd.DataFrame) -> list[str]:

@@ -36,7 +36,8 @@ CONFIDENCE = ("low", "medium", "high")  # DeviceSummary.step_confidence, weakest
 
 @dataclass
 class DiffSide:
-    """One side of a diff: its summary and the representative step."""
+    """One side of a diff: its summary (made by ``diff``: without the parts ``diff_runs.DIFF_SKIPS`` names, and
+    without the devices' activity) and the representative step."""
 
     summary: Summary
     step_ns: int | None  # mean over devices of each device's median step

@@ -19,10 +19,12 @@ wait for) always.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
-from ..trace import Trace
+from ..trace import Trace, TraceHeader
 from .results import CrossRankSummary, DeviceSummary
 
 NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank
@@ -46,7 +48,7 @@ def bus_factor(kind: str, n: int) -> float:
     return 1.0
 
 
-def _clock_offsets(traces: list[Trace], parts: list[DeviceSummary]) -> dict[str, int] | None:
+def _clock_offsets(traces: Sequence[Trace | TraceHeader], parts: list[DeviceSummary]) -> dict[str, int] | None:
     """Offset (ns) that puts each trace file on one common clock, or None when the clocks do not compare."""
     paths = {d.trace for d in parts}
     if len(paths) == 1:
@@ -243,7 +245,7 @@ def _per_step(per: pd.DataFrame, ranks: list[int]) -> tuple[int | None, dict[int
     return int(transfer.median()), waits, len(transfer)
 
 
-def analyze_cross_rank(traces: list[Trace], devices: list[DeviceSummary]) -> CrossRankSummary | None:
+def analyze_cross_rank(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary]) -> CrossRankSummary | None:
     """Match collectives across ranks; None when fewer than two ranks ran any communication."""
     parts: list[DeviceSummary] = []
     seen: set[int] = set()

@@ -130,23 +130,29 @@ def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | N
 
 
 def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals], order: tuple[str, ...],
-             whole_top: pd.DataFrame) -> tuple[dict[str, Any], pd.DataFrame]:
+             whole_top: pd.DataFrame | None, numbers: bool = True) -> tuple[dict[str, Any], pd.DataFrame]:
     """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
     window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
-    starting inside a step, each with its whole-window total beside it."""
+    starting inside a step, each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``;
+    without ``whole_top`` (None) the table is empty."""
+    if whole_top is None and not numbers:
+        return {}, pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
+    top = pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
+    if whole_top is not None:
+        top = top_kernels(act, inside)
+        whole = whole_top.set_index("name")["total_ns"] if len(whole_top) else pd.Series(dtype=np.int64)
+        top["window_total_ns"] = top["name"].map(whole).fillna(0).astype(np.int64).to_numpy() if len(top) else []
+    if not numbers:
+        return {}, top
     window_ns = iv.lengths_sum(windows)
     busy = iv.intersect(act.busy, windows)
     busy_ns = iv.lengths_sum(busy)
     exclusive = _exclusive(busy, {b: iv.intersect(u, windows) for b, u in sets.items()}, order)
-    inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
-    top = top_kernels(act, inside)
-    whole = whole_top.set_index("name")["total_ns"] if len(whole_top) else pd.Series(dtype=np.int64)
-    top["window_total_ns"] = top["name"].map(whole).fillna(0).astype(np.int64).to_numpy() if len(top) else []
-    numbers = {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
-               "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
-               "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}
-    return numbers, top
+    return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
+            "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
+            "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top
 
 
 def _layers_per_step(table: pd.DataFrame) -> int:
@@ -202,13 +208,14 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
-    whole_top = top_kernels(act)
-    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top)
+    skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
+    whole_top = None if "top_kernels" in skip else top_kernels(act)
+    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top, numbers="in_steps" not in skip)
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
         bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
-        bucket_exclusive_ns=_exclusive(act.busy, sets, order),
+        bucket_exclusive_ns={} if "bucket_exclusive" in skip else _exclusive(act.busy, sets, order),
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
@@ -218,8 +225,10 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
         collectives=collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"])),
-        top_kernels=whole_top, top_kernels_in_steps=step_top, in_steps=step_numbers,
-        comm_idle_gaps_ns=comm_idle_gaps(exposed, steps, layers),
+        top_kernels=pd.DataFrame(columns=TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
+        top_kernels_in_steps=step_top, in_steps=step_numbers,
+        comm_idle_gaps_ns=pd.DataFrame(columns=GAP_COLUMNS) if "comm_idle_gaps" in skip else
+        comm_idle_gaps(exposed, steps, layers),
         extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),

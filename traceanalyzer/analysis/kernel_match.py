@@ -55,6 +55,17 @@ GROUP_COLUMNS = ["name", "bucket", "subbucket", "grid", "block", "count", "ns"]
 Group = dict[str, Any]
 
 
+def _group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal values in all ``columns`` (integer arrays of one length): each row's group, numbered in
+    order of first appearance, and each group's first row."""
+    group = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:  # one pair of codes at a time, renumbered, so the combined code never overflows
+        codes, uniques = pd.factorize(column, sort=False)
+        group = pd.factorize(group * len(uniques) + codes, sort=False)[0]
+    first = np.searchsorted(np.maximum.accumulate(group), np.arange(group.max() + 1 if len(group) else 0))
+    return group, first
+
+
 def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
     """Per (normalized name, bucket, sub-bucket, grid, block): launches and time per device-step, counting the
     kernels that start inside the devices' step windows (columns ``GROUP_COLUMNS``)."""
@@ -71,17 +82,16 @@ def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
         inside = iv.window_of(k["start_ns"], dev.per_step["start_ns"].to_numpy(np.int64),
                               dev.per_step["end_ns"].to_numpy(np.int64)) >= 0
         none = np.full(int(inside.sum()), -1, dtype=np.int64)
-        frame = pd.DataFrame({c: k[c][inside] if c in k else none
-                              for c in ("name_id", "bucket_id", "subbucket_id", "grid", "block")})
-        frame["dur"] = (k["end_ns"] - k["start_ns"])[inside]
-        agg = frame.groupby(["name_id", "bucket_id", "subbucket_id", "grid", "block"], sort=False)["dur"] \
-            .agg(["size", "sum"]).reset_index()
-        names = trace.names(agg["name_id"].to_numpy())
-        buckets = trace.names(agg["bucket_id"].to_numpy())
-        subs = trace.names(agg["subbucket_id"].to_numpy())
-        columns = [agg[c].to_numpy().tolist() for c in ("grid", "block", "size", "sum")]
-        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, *columns, strict=True):
-            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), int(grid), int(block))
+        columns = [k[c][inside] if c in k else none for c in ("name_id", "bucket_id", "subbucket_id", "grid",
+                                                               "block")]
+        group, first = _group_rows(columns)
+        sizes = np.bincount(group).tolist()
+        times = np.bincount(group, weights=(k["end_ns"] - k["start_ns"])[inside]).tolist()
+        names, buckets, subs = trace.names(np.concatenate([c[first] for c in columns[:3]])).reshape(3, -1)
+        grids, blocks = (c[first].tolist() for c in columns[3:])
+        for name, bucket, sub, grid, block, size, total in zip(names, buckets, subs, grids, blocks, sizes, times,
+                                                               strict=True):
+            key = (normalize_name(str(name)), str(bucket), "" if sub is None else str(sub), grid, block)
             acc = totals.setdefault(key, [0.0, 0.0])
             acc[0] += size
             acc[1] += total
@@ -147,14 +157,31 @@ def _pair_by_count(before: list[Group], after: list[Group], rows: list[dict[str,
     rows += [_row("added", None, g) for g in free]
 
 
+def _as_groups(frame: pd.DataFrame) -> list[Group]:
+    """The rows of a :func:`kernel_groups` frame as dicts."""
+    keys = [str(c) for c in frame.columns]
+    rows = zip(*(frame[c].tolist() for c in frame.columns), strict=True)
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def _with_roles(groups: list[Group]) -> list[Group]:
+    """The groups, each given its name's ``role`` (one :func:`role_key` per distinct name)."""
+    roles: dict[str, str] = {}
+    for g in groups:
+        name = str(g["name"])
+        role = roles.get(name)
+        g["role"] = roles[name] = role_key(name) if role is None else role
+    return groups
+
+
 def match_kernels(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     """The kernel table of ``diff`` (columns ``KERNEL_COLUMNS``), largest absolute change first."""
-    sides: list[list[Group]] = [[{**{str(k): v for k, v in g.items()}, "role": role_key(str(g["name"]))}
-                                 for g in frame.to_dict(orient="records")] for frame in (before, after)]
+    sides = [_as_groups(before), _as_groups(after)]
     b, a = sides
     geometry = all(any(g["grid"] >= 0 and g["block"] >= 0 for g in side) for side in sides)
     rows: list[dict[str, Any]] = []
     b, a = _pass(b, a, lambda g: (g["name"], g["bucket"]), "name", rows)
+    b, a = _with_roles(b), _with_roles(a)  # only the groups pass 1 left need a role
     b, a = _pass(b, a, lambda g: (g["role"], g["bucket"], g["subbucket"], g["grid"] if geometry else -1,
                                   g["block"] if geometry else -1), "role", rows)
     _pair_by_count(b, a, rows)
@@ -176,32 +203,51 @@ def kernel_overlap(kernels: pd.DataFrame) -> float | None:
 def collective_table(devices: list[DeviceSummary], cross_per: pd.DataFrame | None) -> pd.DataFrame:
     """Per collective kind, per device-step: instances, bytes and time; transfer time and median bus bandwidth
     from the cross-rank match when there is one (else the devices' own durations)."""
-    frames, steps = [], 0
+    kinds, sizes, durations, steps = [], [], [], 0
     for dev in devices:
         c = dev.collectives
         if not len(dev.per_step):
             continue
         steps += len(dev.per_step)
         if len(c):
-            inside = c[c["step"] >= 0]
-            frames.append(pd.DataFrame({"kind": inside["kind"].astype(str).to_numpy(),
-                                        "bytes": inside["bytes"].clip(lower=0).to_numpy(np.int64),
-                                        "duration_ns": inside["duration_ns"].to_numpy(np.int64)}))
+            inside = c["step"].to_numpy() >= 0
+            kinds.append(c["kind"].astype(str).to_numpy()[inside])
+            sizes.append(np.maximum(c["bytes"].to_numpy(np.int64)[inside], 0))
+            durations.append(c["duration_ns"].to_numpy(np.int64)[inside])
     columns = ["kind", "count", "bytes", "duration_ns", "transfer_ns", "busbw_gbps"]
-    if not frames or steps == 0:
+    if not kinds or steps == 0:
         return pd.DataFrame(columns=columns)
-    rows = pd.concat(frames, ignore_index=True).groupby("kind")
-    out = pd.DataFrame({"count": rows.size() / steps, "bytes": rows["bytes"].sum() / steps,
-                        "duration_ns": rows["duration_ns"].sum() / steps})
-    out["transfer_ns"] = np.nan
-    out["busbw_gbps"] = np.nan
+    names, group = np.unique(np.concatenate(kinds), return_inverse=True)  # sorted by kind
+    out = {"kind": names, "count": np.bincount(group, minlength=len(names)) / steps,
+           "bytes": _sums(group, np.concatenate(sizes), len(names)) / steps,
+           "duration_ns": _sums(group, np.concatenate(durations), len(names)) / steps,
+           "transfer_ns": np.full(len(names), np.nan), "busbw_gbps": np.full(len(names), np.nan)}
     if cross_per is not None and len(cross_per):
-        stepped = cross_per[cross_per["step"] >= 0]
-        n_steps = max(int(stepped["step"].nunique()), 1)
-        by = stepped.groupby(stepped["kind"].astype(str))
-        out["transfer_ns"] = (by["transfer_ns"].sum() / n_steps).reindex(out.index)
-        out["busbw_gbps"] = by["busbw_gbps"].median().reindex(out.index)
-    return out.reset_index()[columns]
+        stepped = cross_per["step"].to_numpy() >= 0
+        n_steps = max(len(np.unique(cross_per["step"].to_numpy()[stepped])), 1)
+        matched = cross_per["kind"].astype(str).to_numpy()[stepped]
+        row = np.searchsorted(names, matched)
+        known = (row < len(names)) & (names[np.minimum(row, len(names) - 1)] == matched)
+        transfer = cross_per["transfer_ns"].to_numpy(np.int64)[stepped][known]
+        busbw = cross_per["busbw_gbps"].to_numpy(np.float64)[stepped][known]
+        row = row[known]
+        out["transfer_ns"] = np.where(np.bincount(row, minlength=len(names)) > 0,
+                                      _sums(row, transfer, len(names)) / n_steps, np.nan)
+        out["busbw_gbps"] = np.array([_median(busbw[row == i]) for i in range(len(names))])
+    return pd.DataFrame(out, columns=columns)
+
+
+def _sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group ``0 … n - 1``."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, values)
+    return out
+
+
+def _median(values: np.ndarray) -> float:
+    """Median of the values that are not NaN; NaN when none is."""
+    values = values[~np.isnan(values)]
+    return float(np.median(values)) if len(values) else float("nan")
 
 
 def compare_collectives(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:

@@ -19,13 +19,14 @@ results hold for the given ranks only, and the warning says how many are missing
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..trace import Trace
+from ..trace import Trace, TraceHeader
 from .results import DeviceSummary
 
 EPOCH_NS_MIN = 10**18  # times above this (2001-09-09) on a trace without a base are UTC epoch ns
@@ -66,7 +67,7 @@ class Run:
                 "window_utc_ns": list(self.window_utc) if self.window_utc else None}
 
 
-def _utc_window(trace: Trace, devices: list[DeviceSummary]) -> tuple[int, int] | None:
+def _utc_window(trace: Trace | TraceHeader, devices: list[DeviceSummary]) -> tuple[int, int] | None:
     lows = [d.extra["window_ns"][0] for d in devices if d.extra.get("window_ns")]
     highs = [d.extra["window_ns"][1] for d in devices if d.extra.get("window_ns")]
     if not lows:
@@ -96,12 +97,12 @@ def _mix(devices: list[DeviceSummary]) -> tuple[dict[tuple[str, int], int], floa
     return mix, (float(np.median(per_step)) if per_step else None)
 
 
-def describe(trace: Trace, devices: list[DeviceSummary]) -> Unit:
+def describe(trace: Trace | TraceHeader, devices: list[DeviceSummary]) -> Unit:
     """The identity facts of one trace file from its per-device summaries."""
     return _describe(trace, [d for d in devices if d.trace == str(trace.path)])
 
 
-def _describe(trace: Trace, mine: list[DeviceSummary]) -> Unit:
+def _describe(trace: Trace | TraceHeader, mine: list[DeviceSummary]) -> Unit:
     mix, per_step = _mix(mine)
     return Unit(str(trace.path), sorted({d.rank for d in mine}), trace.world_size, _utc_window(trace, mine),
                 mix, per_step)
@@ -137,7 +138,7 @@ def incompatibility(unit: Unit, run: Run, members: list[Unit], run_ranks: set[in
     return None
 
 
-def group_runs(traces: list[Trace], devices: list[DeviceSummary]) -> list[Run]:
+def group_runs(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary]) -> list[Run]:
     """Runs of the inputs, the primary (most ranks, earliest) first (see the module doc)."""
     by_path: dict[str, list[DeviceSummary]] = {}
     for d in devices:  # grouped once: describing each file does not scan every device

@@ -14,6 +14,13 @@ from .layer_pattern import DEFAULT_LAYER_PATTERN
 from .results import TraceMeta
 
 PathLike = str | Path
+#: Parts of a summary that ``SummaryOptions.skip`` leaves out (left empty in the result): the whole-window and
+#: in-step top-kernel tables (``top_kernels``, ``top_kernels_in_steps``), the in-step headline numbers
+#: (``in_steps``), the whole-window exclusive bucket split (``bucket_exclusive``: ``bucket_exclusive_ns``), the
+#: exposed-communication segments (``comm_idle_gaps_ns``) and the what-if's range and confidence
+#: (``what_if_range``: ``what_if.details`` ``range_ns``, ``range_basis``, ``confidence`` unless the run is partial,
+#: ``profiler_weighed_steps``). No findings rule reads any of them.
+SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle_gaps", "what_if_range"})
 
 
 @dataclass
@@ -27,6 +34,14 @@ class SummaryOptions:
     jobs: int = 1  # worker processes for loading
     findings: bool = True  # run the findings rules
     extra: dict[str, Any] = field(default_factory=dict)
+    skip: frozenset[str] = frozenset()  # parts of SKIPPABLE left out (a diff's summaries skip all of them)
+
+    def __post_init__(self) -> None:
+        self.skip = frozenset(self.skip)
+        unknown = self.skip - SKIPPABLE
+        if unknown:
+            raise ValueError(f"unknown summary part(s) to skip: {', '.join(sorted(unknown))} "
+                             f"(known: {', '.join(sorted(SKIPPABLE))})")
 
 
 def device_pairs(trace: Trace) -> list[tuple[int, int]]:

@@ -56,6 +56,8 @@ from .what_if_range import (
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
+#: One rank's what-if inputs: per step its own communication cost and parts (ns), and its evidence.
+RankCosts = tuple[pd.DataFrame, dict[str, Any]]
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
 
 
@@ -121,7 +123,7 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
     return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
 
 
-def _cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
+def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
     """``(start_ns, transfer_ns, wait_ns)`` of this rank's matched instances, or None without cross-rank data."""
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
@@ -253,10 +255,11 @@ def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = 
     return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
 
 
-def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
-                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None, with_range: bool = True
+                ) -> RankCosts | None:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
-    the device has neither collectives nor collective calls without kernels."""
+    the device has neither collectives nor collective calls without kernels. Without ``with_range``, the readings
+    only the range uses (``calls_only_ns``, ``ceiling_ns``, ``slowdown_high_ns``) are left out."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
         else gather(trace, dev.rank, dev.device)
     calls = collective_calls(trace, act)
@@ -275,7 +278,6 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
     steps = _segment_savings(rows, host, whole_call=True)
     idx = steps.index
-    calls_only = _segment_savings(rows.assign(slowed_ns=0), host, whole_call=True).reindex(idx).fillna(0)
     issue_only = _segment_savings(rows, host).reindex(idx).fillna(0)
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
@@ -285,14 +287,17 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     steps["contention_ns"] = contention
     steps["as_profiled_ns"] = steps["saving_ns"] + contention
-    steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
+    if with_range:
+        calls_only = _segment_savings(rows.assign(slowed_ns=0), host, whole_call=True).reindex(idx).fillna(0)
+        steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
     steps["gpu_reading_ns"] = steps["gpu_reading_ns"] + contention
     steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
     steps["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
     # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
     weigh_profiler(steps, trace, dev)
-    upper_readings(steps, dev.per_step)
+    if with_range:
+        upper_readings(steps, dev.per_step)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -334,9 +339,11 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
 
 
 def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
-                       cross_rank: CrossRankSummary | None) -> WhatIf:
-    """Step-time saving if communication were free (see the module doc for the method)."""
-    ranks: dict[int, tuple[pd.DataFrame, dict[str, Any]]] = {}
+                       cross_rank: CrossRankSummary | None, *, with_range: bool = True) -> WhatIf:
+    """Step-time saving if communication were free (see the module doc for the method): each rank's costs
+    (:func:`rank_comm_costs`, the first of its devices that has any) combined by :func:`combine_comm_free`;
+    without ``with_range``, ``details`` leave out the range and its confidence (``what_if_range.step_range``)."""
+    ranks: dict[int, RankCosts] = {}
     by_path: dict[str, Trace] = {}
     for t in traces:  # the first trace of each path, looked up once per device (not a scan per device)
         by_path.setdefault(t.path, t)
@@ -344,9 +351,40 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
         trace = by_path.get(dev.trace, traces[0] if len(traces) == 1 else None)
         if trace is None or dev.rank in ranks:
             continue
-        steps = _rank_steps(trace, dev, _cross_rank_columns(cross_rank, dev.rank))
+        steps = rank_comm_costs(trace, dev, cross_rank, with_range=with_range)
         if steps is not None:
             ranks[dev.rank] = steps
+    return combine_comm_free(ranks, devices, cross_rank, with_range=with_range)
+
+
+def trace_comm_costs(trace: Trace, devices: list[DeviceSummary], cross_rank: CrossRankSummary | None,
+                     columns: dict[int, pd.DataFrame | None] | None = None, *, with_range: bool = True
+                     ) -> dict[int, RankCosts]:
+    """:func:`rank_comm_costs` of each rank of one trace: its first device (in order) that has any. Where the
+    trace lives (a Dask worker), with the cross-rank ``columns`` of its ranks (:func:`cross_rank_columns`) instead
+    of the whole cross-rank table; :func:`estimate_comm_free` takes the first trace's costs of each rank."""
+    out: dict[int, RankCosts] = {}
+    for dev in devices:
+        if dev.rank in out:
+            continue
+        matched = columns.get(dev.rank) if columns is not None else cross_rank_columns(cross_rank, dev.rank)
+        steps = _rank_steps(trace, dev, matched, with_range)
+        if steps is not None:
+            out[dev.rank] = steps
+    return out
+
+
+def rank_comm_costs(trace: Trace, dev: DeviceSummary, cross_rank: CrossRankSummary | None, *,
+                    with_range: bool = True) -> RankCosts | None:
+    """Per step of one rank: its own communication cost and its parts, with its evidence (None when the device
+    has neither collectives nor collective calls without kernels)."""
+    return _rank_steps(trace, dev, cross_rank_columns(cross_rank, dev.rank), with_range)
+
+
+def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
+                      cross_rank: CrossRankSummary | None, *, with_range: bool = True) -> WhatIf:
+    """The what-if from each rank's costs (:func:`rank_comm_costs`): per step, the cost of the rank the others
+    wait for; the median over steps."""
     if not ranks:
         has_steps = any(d.steps for d in devices)
         return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})
@@ -381,10 +419,11 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
     details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
     details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
     details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
-    limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
-                                                                                        strict=True)])
     basis = _basis(int(step_host.sum()), int(step_saving.sum()))
-    details.update(step_range(limiting, int(np.median(step_saving)), basis))
+    if with_range:
+        limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
+                                                                                            strict=True)])
+        details.update(step_range(limiting, int(np.median(step_saving)), basis))
     details.update(_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
 

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.results import Finding, Summary
+from ..analysis.results import DeviceSummary, Finding, Summary
 from ..trace import Trace
-from .context import FindingContext, FindingThresholds
+from .context import EvidenceKey, FindingContext, FindingThresholds, device_evidence
+from .evidence import DeviceEvidence
 
 Rule = Callable[[FindingContext], list[Finding]]
 
@@ -59,15 +60,25 @@ def _options(options: Any) -> FindingOptions:
     return FindingOptions(thresholds=thresholds, disabled=frozenset(extra.get("disabled_findings", ())))
 
 
-def run_findings(traces: list[Trace], summary: Summary, options: Any = None) -> list[Finding]:
-    """All findings for ``summary`` (computed from ``traces``), largest impact per step first."""
+def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
+                 evidence: dict[EvidenceKey, DeviceEvidence] | None = None) -> list[Finding]:
+    """All findings for ``summary`` (computed from ``traces``, or from each device's ``evidence`` computed where
+    its trace is: :func:`materialized_evidence`), largest impact per step first."""
     opts = _options(options)
-    ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds)
+    ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds, evidence=evidence)
     found: list[Finding] = []
     for rule_id, rule in _registry().items():
         if rule_id not in opts.disabled:
             found.extend(rule(ctx))
     return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
+
+
+def materialized_evidence(trace: Trace, devices: list[DeviceSummary], options: Any = None
+                          ) -> dict[EvidenceKey, DeviceEvidence]:
+    """Every figure the rules read from ``trace`` for each of its ``devices``, computed now and detached from the
+    trace (where the trace lives: a Dask worker), keyed as :meth:`FindingContext.evidence_of` looks them up."""
+    thresholds = _options(options).thresholds
+    return {(d.trace, d.rank, d.device): device_evidence(trace, d, thresholds).materialize() for d in devices}
 
 
 RULE_IDS = (
@@ -78,4 +89,4 @@ RULE_IDS = (
     "low_tensor_activity", "gpu_power_underuse",
 )
 
-__all__ = ["RULE_IDS", "FindingOptions", "FindingThresholds", "run_findings"]
+__all__ = ["RULE_IDS", "FindingOptions", "FindingThresholds", "materialized_evidence", "run_findings"]

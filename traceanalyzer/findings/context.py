@@ -15,9 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import intervals as iv
 from ..analysis.results import DeviceSummary, Summary
 from ..trace import Trace
+from .evidence import DeviceEvidence
+from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_ns, step_windows, steps
+
+EvidenceKey = tuple[str, int, int]  # (trace path, rank, device)
 
 
 @dataclass(frozen=True)
@@ -51,28 +54,33 @@ class FindingContext:
     summary: Summary
     thresholds: FindingThresholds
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # results the rules share, computed once
+    # evidence computed where the traces live (Dask engine: materialized on the workers); else from ``traces``
+    evidence: dict[EvidenceKey, DeviceEvidence] | None = None
 
     @cached_property
     def trace_by_path(self) -> dict[str, Trace]:
         return {t.path: t for t in self.traces}
 
-    def trace_of(self, dev: DeviceSummary) -> Trace | None:
-        """The Trace a device summary was computed from."""
-        return self.trace_by_path.get(dev.trace)
+    def evidence_of(self, dev: DeviceSummary) -> DeviceEvidence | None:
+        """What the rules read from the device's trace (:mod:`.evidence`); None when its trace is not at hand."""
+        key = (dev.trace, dev.rank, dev.device)
+        if self.evidence is not None:
+            return self.evidence.get(key)
+        memo_key = ("evidence", key)
+        found = self.memo.get(memo_key)
+        if found is None:
+            trace = self.trace_by_path.get(dev.trace)
+            if trace is None:
+                return None
+            found = self.memo[memo_key] = device_evidence(trace, dev, self.thresholds)
+        return found if isinstance(found, DeviceEvidence) else None
+
+    steps = staticmethod(steps)
+    step_ns = staticmethod(step_ns)
 
     @staticmethod
-    def steps(dev: DeviceSummary) -> int:
-        """Number of step windows (1 when none was found: the whole span is then one window)."""
-        return max(len(dev.per_step), 1)
-
-    @staticmethod
-    def step_ns(dev: DeviceSummary) -> int:
-        """Median step time, or the whole span when no steps were found."""
-        return int(dev.step_ns_median) if dev.step_ns_median else int(dev.span_ns)
-
-    def pct_of_step(self, dev: DeviceSummary, ns: float | None) -> float | None:
-        step = self.step_ns(dev)
-        return None if ns is None or step <= 0 else 100.0 * float(ns) / step
+    def pct_of_step(dev: DeviceSummary, ns: float | None) -> float | None:
+        return pct_of_step(dev, ns)
 
     def worth_reporting(self, dev: DeviceSummary, ns: float) -> bool:
         pct = self.pct_of_step(dev, ns)
@@ -129,31 +137,6 @@ class FindingContext:
                         exposed_wait_ns=np.minimum(exposed, wait))
 
 
-def step_windows(dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the device's step windows; the whole activity window when no step was found."""
-    ps = dev.per_step
-    if len(ps):
-        return ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64)
-    lo, hi = dev.extra.get("window_ns", (0, dev.span_ns))
-    return np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)
-
-
-def step_index(dev: DeviceSummary, times: np.ndarray) -> np.ndarray:
-    """Index (0-based, into ``step_windows``) of the step window holding each time, -1 outside every step."""
-    ws, we = step_windows(dev)
-    order = np.argsort(ws, kind="stable")
-    found = iv.window_of(times, ws[order], we[order])
-    return np.where(found >= 0, order[np.maximum(found, 0)], -1)
-
-
-def per_step_median(n_steps: int, step_idx: np.ndarray, values: np.ndarray) -> int:
-    """Median over ``n_steps`` steps of the per-step sum of ``values`` (steps without any row count as 0);
-    rows with a negative step index are ignored."""
-    ok = step_idx >= 0
-    sums = np.bincount(step_idx[ok], weights=np.asarray(values, dtype=np.float64)[ok], minlength=n_steps)
-    return int(np.median(sums)) if len(sums) else 0
-
-
 def count_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame) -> dict[str, int]:
     """Median number of instances per step, by collective kind (``c`` from :meth:`FindingContext.collectives`)."""
     if not len(c):
@@ -164,16 +147,14 @@ def count_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame) -> 
             for k in pd.unique(kinds)}
 
 
-def kernel_mask(trace: Trace, dev: DeviceSummary, *, in_steps: bool = False) -> np.ndarray:
-    """Boolean mask of the kernels of one (rank, device); only those starting inside a step with ``in_steps``."""
-    k = trace.kernels
-    mask = k["device"] == dev.device
-    if dev.rank >= 0:
-        mask &= k["rank"] == dev.rank
-    if in_steps and mask.any():
-        idx = np.flatnonzero(mask)
-        mask[idx[step_index(dev, k["start_ns"][idx]) < 0]] = False
-    return mask
+def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresholds) -> DeviceEvidence:
+    """The device's evidence with the thresholds that shape it."""
+    return DeviceEvidence(trace, dev, fusion_gap_max_ns=thresholds.fusion_gap_max_ns,
+                          long_gap_min_ns=thresholds.long_gap_min_ns)
+
+
+__all__ = ["FindingContext", "FindingThresholds", "count_per_step", "device_evidence", "kernel_mask",
+           "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows"]
 
 
 #: Plural, human names of collective kinds for titles.

@@ -22,109 +22,31 @@ The two add up to the chain's own time, never more.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..analysis.results import DeviceSummary, Finding
-from ..trace import Trace
-from .context import FindingContext, kernel_mask, ms, per_step_median, severity, step_index
-
-#: Sub-buckets of all-reduce kernels (classifier) that a fusion would replace. Already-fused all-reduce + norm
-#: kernels are ``allreduce_fusion`` and start no chain.
-ALLREDUCE_SUBBUCKETS = ("allreduce", "all_reduce", "custom_allreduce")
-#: Sub-buckets of kernels a fused all-reduce (+ residual add + RMSNorm (+ quant)) kernel would absorb.
-FUSABLE_SUBBUCKETS = ("norm", "elementwise", "quantize", "reduction")
-#: A chain is an all-reduce + RMSNorm fusion candidate when it holds a norm kernel or, for an RMSNorm decomposed
-#: into eager ops (pow → mean → add → rsqrt → mul), a reduction.
-NORM_SUBBUCKETS = ("norm", "reduction")
-#: Kernels of another sub-bucket that also do the norm (e.g. vLLM's ``fused_add_rms_norm_static_fp8_quant``).
-NORM_NAME = re.compile(r"rms_?norm|layer_?norm", re.IGNORECASE)
-MAX_CHAIN = 10  # add + a decomposed RMSNorm (+ dtype copies) + quantize
+from .context import FindingContext, ms, per_step_median, severity, step_index
+from .evidence import (
+    ALLREDUCE_SUBBUCKETS,
+    FUSABLE_SUBBUCKETS,
+    MAX_CHAIN,
+    NORM_NAME,
+    NORM_SUBBUCKETS,
+    DeviceEvidence,
+    unfused_chains,
+)
 
 
-def _id(trace: Trace, value: str) -> int:
-    """String-pool id of ``value``; -2 (matching no row, unlike -1 = missing) when the trace never uses it."""
-    found = trace.strings.get(value)
-    return found if found >= 0 else -2
-
-
-def _ids(trace: Trace, values: tuple[str, ...]) -> np.ndarray:
-    return np.array([_id(trace, v) for v in values], dtype=np.int64)
-
-
-def _names_match(trace: Trace, name_ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
-    """Per row: whether the kernel name (by string id) matches ``pattern``; each distinct name is tested once."""
-    uniq, inverse = np.unique(name_ids, return_inverse=True)
-    hits = np.array([bool(pattern.search(str(n))) for n in trace.names(uniq)], dtype=bool)
-    return hits[inverse] if len(uniq) else np.zeros(len(name_ids), dtype=bool)
-
-
-def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.DataFrame | None:
-    """One row per all-reduce inside a step followed on its stream by a chain that holds a norm (module doc):
-    ``start_ns`` (of the all-reduce), ``kernels``, ``chain_ns``, ``gap_ns`` (g₁), ``fused_norm_ns``,
-    ``norm_alone_ns``, ``allreduce_bound_ns``; ``followers`` (attribute ``attrs["followers"]``) holds the kernel
-    indices of the chains. None when there is none."""
-    k = trace.kernels
-    idx = np.flatnonzero(kernel_mask(trace, dev))
-    if not len(idx):
-        return None
-    idx = idx[np.lexsort((k["start_ns"][idx], k["stream"][idx]))]
-    sub, bucket = k["subbucket_id"][idx], k["bucket_id"][idx]
-    stream, start_ns, end_ns = k["stream"][idx], k["start_ns"][idx], k["end_ns"][idx]
-    is_ar = (bucket == _id(trace, "communication")) & np.isin(sub, _ids(trace, ALLREDUCE_SUBBUCKETS))
-    fusable = (bucket == _id(trace, "other")) & np.isin(sub, _ids(trace, FUSABLE_SUBBUCKETS))
-    is_norm = fusable & (np.isin(sub, _ids(trace, NORM_SUBBUCKETS)) |
-                         _names_match(trace, k["name_id"][idx], NORM_NAME))
-    ar_pos = np.flatnonzero(is_ar)
-    ar_pos = ar_pos[step_index(dev, start_ns[ar_pos]) >= 0]
-    if not len(ar_pos):
-        return None
-    busy = np.zeros(len(ar_pos), dtype=np.int64)
-    gaps = np.zeros(len(ar_pos), dtype=np.int64)
-    first_gap = np.zeros(len(ar_pos), dtype=np.int64)
-    length = np.zeros(len(ar_pos), dtype=np.int64)
-    longest = np.zeros(len(ar_pos), dtype=np.int64)
-    has_norm = np.zeros(len(ar_pos), dtype=bool)
-    alive = np.ones(len(ar_pos), dtype=bool)
-    chain: list[tuple[np.ndarray, np.ndarray]] = []
-    for offset in range(1, MAX_CHAIN + 1):
-        nxt = np.minimum(ar_pos + offset, len(idx) - 1)
-        alive &= (ar_pos + offset < len(idx)) & (stream[nxt] == stream[ar_pos]) & fusable[nxt]
-        gap = np.where(alive, np.clip(start_ns[nxt] - end_ns[nxt - 1], 0, gap_cap_ns), 0)
-        dur = np.where(alive, end_ns[nxt] - start_ns[nxt], 0)
-        busy += dur
-        gaps += gap
-        if offset == 1:
-            first_gap = gap
-        length += alive
-        longest = np.maximum(longest, dur)
-        has_norm |= alive & is_norm[nxt]
-        chain.append((nxt, alive.copy()))
-    found = (length > 0) & has_norm  # an all-reduce + RMSNorm fusion needs the norm in the chain
-    if not found.any():
-        return None
-    chain_ns = busy + gaps
-    out = pd.DataFrame({
-        "start_ns": start_ns[ar_pos], "kernels": length, "chain_ns": chain_ns, "gap_ns": first_gap,
-        "fused_norm_ns": longest, "norm_alone_ns": chain_ns - first_gap - longest,
-        "allreduce_bound_ns": first_gap + longest,
-    })[found].reset_index(drop=True)
-    out.attrs["followers"] = np.concatenate([idx[nxt[ok & found]] for nxt, ok in chain])
-    return out
-
-
-def _chains_by_device(ctx: FindingContext) -> list[tuple[DeviceSummary, Trace, pd.DataFrame]]:
+def _chains_by_device(ctx: FindingContext) -> list[tuple[DeviceSummary, DeviceEvidence, pd.DataFrame]]:
+    """(device, its evidence, its chains) of every device with unfused chains."""
     out = []
     for dev in ctx.summary.devices:
-        trace = ctx.trace_of(dev)
-        if trace is None or "subbucket_id" not in trace.kernels:
-            continue
-        chains = unfused_chains(trace, dev, ctx.thresholds.fusion_gap_max_ns)
-        if chains is not None:
-            out.append((dev, trace, chains))
+        ev = ctx.evidence_of(dev)
+        if ev is not None and ev.chains is not None:
+            out.append((dev, ev, ev.chains))
     return out
 
 
@@ -133,14 +55,13 @@ def _per_step(ctx: FindingContext, dev: DeviceSummary, chains: pd.DataFrame, col
     return per_step_median(ctx.steps(dev), step_idx, chains[column].to_numpy(np.int64))
 
 
-def _evidence(ctx: FindingContext, dev: DeviceSummary, trace: Trace, chains: pd.DataFrame) -> dict[str, Any]:
-    followers = chains.attrs["followers"]
-    names = pd.Series(trace.names(trace.kernels["name_id"][followers]).astype(str)).value_counts().head(5)
+def _evidence(ctx: FindingContext, dev: DeviceSummary, device_ev: DeviceEvidence, chains: pd.DataFrame
+              ) -> dict[str, Any]:
     med = chains.drop(columns="start_ns").median()
     return {
         "rank": dev.rank, "device": dev.device, "steps": ctx.steps(dev),
         "allreduces_followed_per_step": _per_step(ctx, dev, chains.assign(one=1), "one"),
-        "following_kernels": {str(n): int(c) for n, c in names.items()},
+        "following_kernels": dict(device_ev.following_kernels),
         "median_chain_kernels": int(med["kernels"]),
         "per_chain_ns": {"chain": int(med["chain_ns"]), "gap_after_allreduce": int(med["gap_ns"]),
                          "fused_norm_estimate": int(med["fused_norm_ns"]),
@@ -159,11 +80,11 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
     all-reduce + the fused norm's time), an upper bound of what folding the norm into the all-reduce saves on top
     of a fused norm kernel (module doc). Fires for a one-kernel chain (a fused norm already) too."""
     found = []
-    for dev, trace, chains in _chains_by_device(ctx):
+    for dev, device_ev, chains in _chains_by_device(ctx):
         bound = _per_step(ctx, dev, chains, "allreduce_bound_ns")
         if not ctx.worth_reporting(dev, bound):
             continue
-        ev = _evidence(ctx, dev, trace, chains)
+        ev = _evidence(ctx, dev, device_ev, chains)
         pct = ctx.pct_of_step(dev, bound)
         n = ev["median_chain_kernels"]
         alone = ev["per_step_ns"]["norm_fusion_alone"]
@@ -188,11 +109,11 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
     median per step of Σ (chain − gap after the all-reduce − one fused norm kernel), what one fused add + RMSNorm
     kernel saves without touching the all-reduce."""
     found = []
-    for dev, trace, chains in _chains_by_device(ctx):
+    for dev, device_ev, chains in _chains_by_device(ctx):
         saving = _per_step(ctx, dev, chains, "norm_alone_ns")
         if not ctx.worth_reporting(dev, saving):
             continue
-        ev = _evidence(ctx, dev, trace, chains)
+        ev = _evidence(ctx, dev, device_ev, chains)
         pct = ctx.pct_of_step(dev, saving)
         found.append(Finding(
             id="norm_not_fused",
@@ -205,3 +126,7 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
             evidence=ev,
         ))
     return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
+
+
+__all__ = ["ALLREDUCE_SUBBUCKETS", "FUSABLE_SUBBUCKETS", "MAX_CHAIN", "NORM_NAME", "NORM_SUBBUCKETS",
+           "allreduce_not_fused", "norm_not_fused", "unfused_chains"]

@@ -7,35 +7,18 @@ says the SMs are underfed, not how much faster the step would run. Their evidenc
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from ..analysis.gpu_metrics import metric_mask, phase_labels
 from ..analysis.results import DeviceSummary, Finding
 from ..buckets import GEMM_BUCKETS
-from .context import FindingContext, ms, per_step_median, step_index
+from .context import FindingContext, ms, per_step_median
 
 GEMM_PHASES = GEMM_BUCKETS  # integer ns summed over them: their order does not matter
-TENSOR_ACTIVE = "Tensor Active"
 
 
 def _tensor_active_in_gemms(ctx: FindingContext, dev: DeviceSummary) -> tuple[float, int, dict[str, float]] | None:
     """(mean Tensor Active % over samples taken inside steps while a GEMM bucket ran, samples, mean by bucket)."""
-    trace = ctx.trace_of(dev)
-    if trace is None or not len(trace.gpu_metrics):
-        return None
-    g = trace.gpu_metrics
-    sel = metric_mask(trace, (TENSOR_ACTIVE,)) & (g["device"] == dev.device)
-    if not sel.any():
-        return None
-    t = g["timestamp_ns"][sel]
-    inside = step_index(dev, t) >= 0
-    t, values = t[inside], g["value"][sel][inside]
-    phases = pd.Series(phase_labels(trace, dev.device, t))
-    gemm = phases.isin(GEMM_PHASES).to_numpy()
-    if not gemm.any():
-        return None
-    by_phase = pd.Series(values[gemm]).groupby(phases[gemm].to_numpy()).mean().round(1)
-    return float(values[gemm].mean()), int(gemm.sum()), {str(p): float(v) for p, v in by_phase.items()}
+    ev = ctx.evidence_of(dev)
+    return None if ev is None else ev.tensor_active
 
 
 def low_tensor_activity(ctx: FindingContext) -> list[Finding]:

@@ -1,0 +1,188 @@
+"""The Dask engine: a summary of many rank files on a dask.distributed cluster (``summary --engine dask``,
+``ta.summary(paths, engine="dask")``).
+
+Each rank file is loaded, classified and analysed on a worker, and stays there. What travels to the driver is
+compact: each trace's rank facts (to renumber colliding ranks), its :class:`~traceanalyzer.stages.TracePart`
+without the activity tables (per-device summaries: per-step figures, the collective table cross-rank matching
+needs), then, once the driver has matched collectives across ranks and sent each worker its ranks' matched
+columns, each rank's what-if costs and each device's findings evidence. Cross-rank matching, the what-if and the
+findings reduce on the driver (:func:`traceanalyzer.stages.reduce_parts`), which never holds a trace. The
+functions run are the local engine's, in the same order per trace, so the answer is the same to the nanosecond.
+
+Workers read the files by path: the paths must name the same files on every worker (a shared filesystem).
+Without a scheduler address (``--scheduler``, ``DASK_SCHEDULER_ADDRESS``) a ``LocalCluster`` of ``jobs`` worker
+processes is started for the call. docs/SCALE.md: clusters (Slurm, Kubernetes), memory per worker, what travels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
+from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
+from .errors import BadInputError
+from .loaders import SUMMARY_TABLES, expand_paths, load_one
+from .loaders.limits import Window, parse_window
+from .stages import TracePart, analyze_trace, reduce_parts
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, WhatIf
+    from .analysis.summary import SummaryOptions
+    from .analysis.what_if import RankCosts
+    from .findings.context import EvidenceKey
+    from .findings.evidence import DeviceEvidence
+
+PathLike = str | Path
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+
+
+def summarize_on_dask(paths: Sequence[PathLike], *, scheduler: str | None = None, jobs: int = 1,
+                      rules: PathLike | None = None, step_range: str | None = None,
+                      layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
+                      findings: bool = True, extra: dict[str, Any] | None = None,
+                      window: str | None = None, skip: Collection[str] = ()) -> Summary:
+    """The summary of trace files / directories of rank traces, computed on a Dask cluster (module doc):
+    ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``, else a LocalCluster of ``jobs`` worker processes). The
+    other keywords as :func:`traceanalyzer.pipeline.summarize_paths`."""
+    from .analysis.summary import SummaryOptions
+
+    check_layer_pattern(layer_pattern)
+    skipped: list[str] = []
+    files = [str(f) for f in expand_paths(list(paths), skipped)]
+    win = parse_window(window)
+    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
+                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
+    rules_path = None if rules is None else str(rules)
+    with dask_client(scheduler, jobs) as client:
+        loaded = [client.submit(_load, f, rules_path, win, pure=False) for f in files]
+        if skipped and loaded:  # said once, with the first trace's warnings (as the local engine)
+            loaded[0] = client.submit(_with_warnings, loaded[0], skipped, pure=False)
+        facts_f = [client.submit(_facts, t, pure=False) for t in loaded]
+        full = [client.submit(analyze_trace, t, opts, pure=False) for t in loaded]  # ranks as loaded, mostly kept
+        facts = client.gather(facts_f)
+        plan = rank_plan([f["ranks"] for f in facts])
+        if plan is not None:  # colliding ranks without torch.distributed's word: renumbered by file order first
+            client.cancel(full)
+            loaded = [client.submit(renumbered, t, new_rank, note, pure=False)
+                      for t, (new_rank, note) in zip(loaded, plan, strict=True)]
+            full = [client.submit(analyze_trace, t, opts, pure=False) for t in loaded]
+        if not any(f["kernels"] for f in facts):
+            raise empty_trace_error(files[0] if len(files) == 1 else ", ".join(str(p) for p in paths),
+                                    any(f["no_kernel_table"] for f in facts))
+        compact = [client.submit(_compact, p, pure=False) for p in full]
+        work = DaskTraceWork(client, loaded, full, opts)  # starts the findings evidence: no cross-rank input
+        work.parts = client.gather(compact)
+        return reduce_parts(work.parts, opts, work)
+
+
+@contextmanager
+def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
+    """A client of the scheduler at ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``), or of a LocalCluster of
+    ``jobs`` single-threaded worker processes started for the call; closed (and the cluster shut down) after."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise BadInputError(None, "--engine dask needs dask.distributed",
+                            "pip install 'traceanalyzer[dask]'") from exc
+    address = scheduler or os.environ.get(SCHEDULER_ENV)
+    if address:
+        try:
+            client = Client(address, timeout="20s")
+        except OSError as exc:
+            raise BadInputError(None, f"cannot reach the Dask scheduler at {address}: {exc}",
+                                "start one with `dask scheduler`, or drop --scheduler for a local cluster") from exc
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    # loopback only, no dashboard, its HTTP endpoint on a free port (not 8787, which a user's cluster may hold);
+    # no statistical profiler in the workers (sampling our deep stacks every 10 ms cost ~50 % more CPU)
+    import dask
+
+    with dask.config.set({"distributed.worker.profile.enabled": False}), \
+            LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"}) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+class DaskTraceWork:
+    """:class:`~traceanalyzer.stages.TraceWork` where each trace lives on a worker: the what-if costs and the
+    findings evidence are computed there, from the trace and its full part; only their compact results travel."""
+
+    def __init__(self, client: Client, traces: list[Future[Any]], full_parts: list[Future[Any]],
+                 options: SummaryOptions) -> None:
+        self.client, self.traces, self.full_parts, self.options = client, traces, full_parts, options
+        self.parts: list[TracePart] = []  # the compact parts, once gathered
+        self._evidence: list[Future[Any]] | None = None
+        if options.findings:
+            self._submit_evidence()
+
+    def _submit_evidence(self) -> list[Future[Any]]:
+        if self._evidence is None:
+            self._evidence = [self.client.submit(_evidence, t, p, self.options, pure=False)
+                              for t, p in zip(self.traces, self.full_parts, strict=True)]
+        return self._evidence
+
+    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
+                  with_range: bool) -> WhatIf:
+        from .analysis.what_if import combine_comm_free, cross_rank_columns
+
+        futures = []
+        for trace, full, part in zip(self.traces, self.full_parts, self.parts, strict=True):
+            if part.header.path not in run_paths:
+                continue
+            columns = {d.rank: cross_rank_columns(cross, d.rank) for d in part.devices}
+            futures.append(self.client.submit(_comm_costs, trace, full, columns, with_range, pure=False,
+                                              priority=1))
+        ranks: dict[int, RankCosts] = {}
+        for costs in self.client.gather(futures):  # the first trace's costs of each rank, as the local engine
+            for rank, value in costs.items():
+                ranks.setdefault(rank, value)
+        return combine_comm_free(ranks, run_devices, cross, with_range=with_range)
+
+    def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
+        from .findings import run_findings
+
+        evidence: dict[EvidenceKey, DeviceEvidence] = {}
+        for found in self.client.gather(self._submit_evidence()):
+            evidence.update(found)
+        return run_findings([], result, options, evidence=evidence)
+
+
+# -- tasks (run on the workers) -------------------------------------------------------------------------------
+def _load(path: str, rules: str | None, window: Window | None) -> Trace:
+    return classified(load_one(path, window=window, tables=SUMMARY_TABLES), rules)
+
+
+def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:
+    return replace(trace, warnings=[*trace.warnings, *warnings])
+
+
+def _facts(trace: Trace) -> dict[str, Any]:
+    return {"ranks": rank_facts(trace), "kernels": len(trace.kernels), "no_kernel_table": lacks_kernel_table(trace)}
+
+
+def _compact(part: TracePart) -> TracePart:
+    return part.compact()
+
+
+def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any], with_range: bool) -> dict[int, RankCosts]:
+    from .analysis.what_if import trace_comm_costs
+
+    return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range)
+
+
+def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, DeviceEvidence]:
+    from .findings import materialized_evidence
+
+    return materialized_evidence(trace, part.devices, options)

@@ -1,0 +1,162 @@
+"""A summary as map and reduce, for every engine: :func:`analyze_trace` maps one classified trace to its
+:class:`TracePart` where the trace is (this process, a loader worker, a Dask worker); :func:`reduce_parts` turns the
+parts into the :class:`~traceanalyzer.analysis.results.Summary`: run identity, cross-rank matching, GPU metrics and
+power, and — through :class:`TraceWork`, since they read the traces again — the what-if and the findings.
+
+:class:`LocalTraceWork` does that work on traces held in this process (:func:`traceanalyzer.pipeline.summarize`);
+:mod:`traceanalyzer.on_dask` where each trace lives on a Dask worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .api import classified
+from .trace import Trace, TraceHeader
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
+    from .analysis.summary import SummaryOptions
+
+PathLike = str | Path
+
+
+@dataclass
+class TracePart:
+    """One trace file's share of a summary, computed where the trace is (:func:`analyze_trace`): its header,
+    meta, per-device summaries, GPU-metric aggregates and warnings. :meth:`compact` drops what only later work on
+    the same trace reads (each device's activity tables), so it can travel to a driver that never holds a trace."""
+
+    header: TraceHeader
+    meta: TraceMeta
+    devices: list[DeviceSummary]
+    gpu_metrics: pd.DataFrame | None
+    warnings: list[str]
+
+    def compact(self) -> TracePart:
+        return replace(self, devices=[replace(d, activity=None, layering=None) for d in self.devices])
+
+
+def analyze_trace(trace: Trace, options: SummaryOptions) -> TracePart:
+    """The map step of a summary: one classified trace's devices analysed (``analysis.device``), its header and
+    meta, its GPU-metric aggregates."""
+    from .analysis.device import analyze_device
+    from .analysis.gpu_metrics import aggregate_gpu_metrics
+    from .analysis.summary import device_pairs, trace_meta
+
+    devices = [analyze_device(trace, rank, device, options=options) for rank, device in device_pairs(trace)]
+    metrics = aggregate_gpu_metrics(trace).assign(trace=str(trace.path)) if len(trace.gpu_metrics) else None
+    return TracePart(header=trace.header(), meta=trace_meta(trace), devices=devices,
+                     gpu_metrics=metrics if metrics is not None and len(metrics) else None,
+                     warnings=list(trace.warnings))
+
+
+class TraceWork(Protocol):
+    """What a summary's reduce asks of the place where the traces are, once cross-rank matching is done."""
+
+    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
+                  with_range: bool) -> WhatIf:
+        """The "if communication were free" estimate of the primary run (``analysis.what_if``); its range too
+        with ``with_range``."""
+
+    def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
+        """The findings rules over the summary and the traces' evidence (``findings``)."""
+
+
+class LocalTraceWork:
+    """:class:`TraceWork` over traces held in this process."""
+
+    def __init__(self, traces: list[Trace]) -> None:
+        self.traces = traces
+
+    def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
+                  with_range: bool) -> WhatIf:
+        from .analysis.what_if import estimate_comm_free
+
+        return estimate_comm_free([t for t in self.traces if str(t.path) in run_paths], run_devices, cross,
+                                  with_range=with_range)
+
+    def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
+        from .findings import run_findings
+
+        return run_findings(self.traces, result, options)
+
+
+def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWork) -> Summary:
+    """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
+    findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
+    from .analysis.cross_rank import analyze_cross_rank
+    from .analysis.results import Summary
+    from .analysis.runs import group_runs, run_warnings
+
+    headers = [p.header for p in parts]
+    devices = [d for p in parts for d in p.devices]
+    # cross-rank claims only between rank files of one run (analysis.runs): the primary run
+    runs = group_runs(headers, devices)
+    primary = set(runs[0].paths) if runs else set()
+    run_devices = [d for d in devices if d.trace in primary]
+    cross = analyze_cross_rank([h for h in headers if h.path in primary], run_devices)
+    if cross is not None and runs:
+        cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
+                            "world_size": runs[0].world_size})
+    # reads cross.extra["partial"]
+    what_if = work.comm_free(primary, run_devices, cross, "what_if_range" not in options.skip)
+    warnings = [_named(p.header.path, w) for p in parts for w in p.warnings]
+    warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
+    warnings += run_warnings(runs)
+    frames = [p.gpu_metrics for p in parts if p.gpu_metrics is not None]
+    result = Summary(traces=[p.meta for p in parts], devices=devices, cross_rank=cross, what_if=what_if,
+                     warnings=warnings, gpu_metrics=_concat(frames),
+                     extra={"runs": [r.to_json() for r in runs],
+                            "ranks_missing": sum(r.ranks_missing for r in runs)})
+    if options.gpu_log is not None:
+        result.power = _power(headers, devices, options.gpu_log)
+    if options.findings:
+        result.findings = work.findings(result, options)
+    return result
+
+
+def classified_once(trace: Trace, rules: PathLike | None) -> Trace:
+    """The trace itself when it already has class columns, else classified (e.g. ``ta.load(classify=False)``)."""
+    if "bucket_id" in trace.kernels:
+        return trace
+    return classified(trace, rules)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame | None:
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
+           gpu_log: PathLike) -> dict[str, Any] | None:
+    """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be."""
+    from .analysis.power import power_during
+    from .loaders.power_log import read_power_log
+
+    windows: dict[int, tuple[int, int]] = {}
+    base = {str(t.path): t.base_time_ns for t in traces}
+    for dev in devices:
+        origin = base.get(dev.trace)
+        lo, hi = dev.extra.get("window_ns", (0, 0))
+        if origin is None or hi <= lo:
+            continue
+        old = windows.get(dev.device)
+        span = (lo + origin, hi + origin)
+        windows[dev.device] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
+    if not windows:
+        return {"log": Path(gpu_log).name, "matched": False, "reason": "traces carry no UTC clock origin",
+                "gpus": []}
+    return power_during(read_power_log(gpu_log), windows)
+
+
+def _named(path: PathLike, warning: str) -> str:
+    """The warning prefixed by its file's name, unless a loader already put the name first."""
+    name = Path(path).name
+    return warning if warning.startswith(f"{name}:") else f"{name}: {warning}"
