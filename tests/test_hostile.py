@@ -416,3 +416,21 @@ def test_library_warnings_do_not_reach_the_user() -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "fragmented" not in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["devices"]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_kernels_of_zero_duration_are_summarized(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                 ranks: int) -> None:
+    """Every kernel lasting 0 ns (a clock too coarse, a profiler that lost the end): no busy interval at all, so
+    the what-if's host evidence has nothing to index; the summary still answers (exit 0, no communication time)."""
+    for rank in range(ranks):
+        doc = json.loads(gzip.decompress((KINETO_DIR / f"rank{rank}.json.gz").read_bytes()))
+        for event in doc["traceEvents"]:
+            if event.get("cat") == "kernel":
+                event["dur"] = 0
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    code, out, err = run_cli(capsys, ["summary", "--json", str(tmp_path)])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["devices"]) == ranks and all(d["comm_ns"] == 0 for d in doc["devices"])
+    assert all(d["kernels"] > 0 for d in doc["devices"])

@@ -279,7 +279,7 @@ def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.
     k = act.kernels
     b_start, b_end = act.busy
     pos = np.searchsorted(b_start, k["start_ns"], side="right") - 1
-    prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], k["start_ns"])
+    prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], k["start_ns"]) if len(b_end) else k["start_ns"]
     gap = np.where(launch_bound, k["start_ns"] - prev_end, 0)
     order = np.argsort(launch_end, kind="stable")
     anchor = launch_end[order]
@@ -295,7 +295,9 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     launch_end = np.where(linked, api["end_ns"][row], -1) if len(api) else np.full(len(k), -1, dtype=np.int64)
     b_start = act.busy[0]
     pos = np.searchsorted(b_start, k["start_ns"], side="right") - 1
-    idle_before = (pos >= 0) & (b_start[np.maximum(pos, 0)] == k["start_ns"])
+    # no busy interval at all when every kernel lasted 0 ns: then no kernel opened one after idle time
+    idle_before = (pos >= 0) & (b_start[np.maximum(pos, 0)] == k["start_ns"]) if len(b_start) else \
+        np.zeros(len(k), dtype=bool)
     launch_bound = linked & idle_before & (k["start_ns"] - launch_end <= LAUNCH_SLACK_NS)
 
     o_s, o_e, o_thread = issue_ranges(trace, act.pids)
