@@ -95,7 +95,7 @@ def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     if address:
         try:
-            client = Client(address, timeout="20s")
+            client = Client(address)  # waits dask's distributed.comm.timeouts.connect (30 s by default)
         except OSError as exc:
             raise BadInputError(None, f"cannot reach the Dask scheduler at {address}: {exc}",
                                 "start one with `dask scheduler`, or drop --scheduler for a local cluster") from exc
