@@ -117,7 +117,8 @@ def test_bad_rank_file_on_dask_exits_2_with_one_line(cluster: str, ranks34: Path
 
 
 def test_unreachable_scheduler_exits_2(ranks34: Path) -> None:
-    result = _cli("summary", "--json", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9", str(ranks34))
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}  # dask's own setting, honoured
+    result = _cli("summary", "--json", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9", str(ranks34), env=env)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "scheduler" in result.stderr
 

@@ -159,3 +159,17 @@ def test_clip_to_windows_matches_brute_force(a, windows):
         expected[:lo] = False
         expected[hi:] = False
         assert np.array_equal(got, expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(interval_lists, interval_lists)
+def test_unions_are_cut_as_the_sweep_cuts_them(a, b):
+    """Between two unions, intersect/difference/split cut without sorting (_pieces): the same arrays as the sweep."""
+    ua, ub = iv.union(*as_set(a)), iv.union(*as_set(b))
+    x, in_a, in_b = iv._states(ua, ub)
+    both, only_a = iv._runs(x, in_a & in_b), iv._runs(x, in_a & ~in_b)
+    cut = iv.split(ua, ub)
+    for got, expected in ((iv.intersect(ua, ub), both), (iv.difference(ua, ub), only_a), (cut[0], both),
+                          (cut[1], only_a)):
+        assert got[0].dtype == expected[0].dtype == np.int64
+        assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])

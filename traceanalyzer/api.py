@@ -40,15 +40,17 @@ def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
 
 
 def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,
-              jobs: int = 1, progress: ProgressFn | None = None, window: str | Window | None = None) -> list[Trace]:
+              jobs: int = 1, progress: ProgressFn | None = None, window: str | Window | None = None,
+              tables: frozenset[str] | None = None) -> list[Trace]:
     """Load several files or directories of rank traces; one Trace per file, in path order.
 
-    ``jobs > 1`` loads files in that many worker processes; ``window`` as :func:`load`.
+    ``jobs > 1`` loads files in that many worker processes; ``window`` and ``tables`` as :func:`load`.
     """
     win = parse_window(window)
     skipped: list[str] = []
     files = expand_paths(list(paths), skipped)
-    traces = load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress, window=win)
+    traces = load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress, window=win,
+                        tables=tables)
     if skipped and traces:  # said once, with the first trace's warnings (summary JSON, terminal, report)
         traces[0] = replace(traces[0], warnings=[*traces[0].warnings, *skipped])
     return assign_ranks_across_files(traces)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
 from .errors import BadInputError
-from .loaders import expand_paths, load_one
+from .loaders import SUMMARY_TABLES, expand_paths, load_one
 from .loaders.limits import Window, parse_window
 from .stages import TracePart, analyze_trace, reduce_parts
 from .trace import Trace
@@ -95,7 +95,7 @@ def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     if address:
         try:
-            client = Client(address, timeout="20s")
+            client = Client(address)  # waits dask's distributed.comm.timeouts.connect (30 s by default)
         except OSError as exc:
             raise BadInputError(None, f"cannot reach the Dask scheduler at {address}: {exc}",
                                 "start one with `dask scheduler`, or drop --scheduler for a local cluster") from exc
@@ -161,7 +161,7 @@ class DaskTraceWork:
 
 # -- tasks (run on the workers) -------------------------------------------------------------------------------
 def _load(path: str, rules: str | None, window: Window | None) -> Trace:
-    return classified(load_one(path, window=window), rules)
+    return classified(load_one(path, window=window, tables=SUMMARY_TABLES), rules)
 
 
 def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:

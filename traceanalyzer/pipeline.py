@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from .api import load_files, load_many, require_kernels
 from .errors import BadInputError
-from .loaders import KINETO, ProgressFn, detect_format, expand_paths
+from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
 from .stages import LocalTraceWork, analyze_trace, classified_once, reduce_parts
 from .trace import Trace
 
@@ -105,7 +105,8 @@ def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None
 
     check_layer_pattern(layer_pattern)
     with meanwhile(_prepare_summary):
-        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress, window=window)
+        traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress, window=window,
+                           tables=SUMMARY_TABLES)
     require_kernels(traces, paths)
     return traces
 

@@ -84,6 +84,12 @@ TABLES: dict[str, list[Column]] = {
         _c("external_id", "int64", "", "Kineto External id, -1 if none"),
         _c("name_id", "int32", "", "API name without version suffix (cudaLaunchKernel)", string=True),
     ],
+    "api_starts": [
+        _c("start_ns", "int64", "ns", "start of a host API call: every call of an nsys export read for a summary, "
+           "whose api_calls then holds only the calls the analyses read (launches, blocking calls, calls near a "
+           "collective's issuing range); empty otherwise"),
+        _c("rank", "int32", "", "distributed rank of the calling process, -1 if unknown"),
+    ],
     "graph_launches": [
         _c("start_ns", "int64", "ns", "start of a whole CUDA-graph execution (nsys graph-level trace)"),
         _c("end_ns", "int64", "ns", "end of the graph execution"),

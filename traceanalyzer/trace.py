@@ -194,6 +194,10 @@ class Trace:
         return self.tables["api_calls"]
 
     @property
+    def api_starts(self) -> Table:
+        return self.tables["api_starts"]
+
+    @property
     def gpu_metrics(self) -> Table:
         return self.tables["gpu_metrics"]
 

@@ -22,12 +22,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..api_names import HOST_SYNC, ISSUE_OP
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
@@ -36,9 +36,6 @@ from .collectives import kind_of
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
 # CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
 # NCCL's own NVTX ranges, and user annotations named after the collective (e.g. an NVTX "allreduce" range)
-ISSUE_OP = re.compile(r"^(c10d::|record_param_comms$|nccl:|ncclGroup|nccl[A-Z][A-Za-z]+$)|"
-                      r"^(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)$")
-HOST_SYNC = re.compile(r"Synchronize")
 NOT_A_CALL = ("record_param_comms",)  # an issuing range that never stands alone for a collective call
 HOST_RECOVERY_NS = 300_000  # CPU ops starting this soon after a collective call run slower than elsewhere
 MIN_BASELINE_OPS = 3  # far-from-call ops of a name needed for its baseline duration
@@ -254,20 +251,25 @@ def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads:
     if len(api) == 0 or len(starts) == 0:
         return none, none.copy()
     a_thread = thread_key(api["pid"], api["tid"])
+    on = np.flatnonzero(np.isin(a_thread, np.unique(threads)))  # calls of other threads: other lanes, never found
+    if len(on) == 0:
+        return none, none.copy()
+    a_thread, a_start, a_end = a_thread[on], api["start_ns"][on], api["end_ns"][on]
+    n = len(on)
     _, lane = np.unique(np.r_[a_thread, threads], return_inverse=True)
     lane = lane.ravel()
-    t0 = int(min(api["start_ns"].min(), starts.min()))
-    span = int(max(api["end_ns"].max(), ends.max()) - t0) + 1
-    key = _lift(api["start_ns"], lane[: len(api)], t0, span)
+    t0 = int(min(a_start.min(), starts.min()))
+    span = int(max(a_end.max(), ends.max()) - t0) + 1
+    key = _lift(a_start, lane[:n], t0, span)
     order = np.argsort(key, kind="stable")
     key = key[order]
-    a_end = np.maximum.accumulate(_lift(api["end_ns"], lane[: len(api)], t0, span)[order])
-    lo = _lift(starts, lane[len(api):], t0, span)
-    hi = _lift(ends, lane[len(api):], t0, span)
+    a_end = np.maximum.accumulate(_lift(a_end, lane[:n], t0, span)[order])
+    lo = _lift(starts, lane[n:], t0, span)
+    hi = _lift(ends, lane[n:], t0, span)
     first = np.searchsorted(key, lo, side="left")
     last = np.searchsorted(key, hi, side="left") - 1
     ok = last >= first
-    base = lane[len(api):] * span - t0
+    base = lane[n:] * span - t0
     return (np.where(ok, key[np.minimum(first, len(key) - 1)] - base, -1),
             np.where(ok, np.minimum(a_end[np.maximum(last, 0)], hi) - base, -1))
 

@@ -59,9 +59,59 @@ def lengths_sum(u: Intervals) -> int:
 
 
 def _sweep(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
-    """``a ∩ b`` (``want_b``) or ``a − b`` for any two sets, by a coverage-count sweep over all boundaries."""
+    """``a ∩ b`` (``want_b``) or ``a − b`` for any two sets: between two unions by :func:`_pieces`, else by a
+    coverage-count sweep over all boundaries."""
+    a, b = _arrays(*a), _arrays(*b)
+    if _is_union(a) and _is_union(b):
+        return _pieces(a, b, want_b)
     x, in_a, in_b = _states(a, b)
     return _runs(x, in_a & in_b if want_b else in_a & ~in_b)
+
+
+def _is_union(u: Intervals) -> bool:
+    """Whether a set already is a union: sorted, non-empty, disjoint and not touching intervals."""
+    s, e = u
+    return bool((e > s).all() and (s[1:] > e[:-1]).all())
+
+
+def _pieces(a: Intervals, b: Intervals, want_b: bool) -> Intervals:
+    """``a ∩ b`` or ``a − b`` of two unions without sorting: for each interval of ``a``, the intervals of ``b``
+    overlapping it (found by binary search) cut it into pieces — the overlaps, or the gaps between them. The pieces
+    are a union already: within an interval of ``a`` they are separated by non-empty intervals of ``b`` (or are
+    overlaps with distinct, non-touching ones), and intervals of ``a`` are apart."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    first = np.searchsorted(b_e, a_s, side="right")  # first b ending after the a interval starts
+    stop = np.searchsorted(b_s, a_e, side="left")  # b intervals from here on start at or after its end
+    n = np.maximum(stop - first, 0)
+    if want_b:
+        owner = np.repeat(np.arange(len(a_s)), n)
+        j = first[owner] + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        return np.maximum(a_s[owner], b_s[j]), np.minimum(a_e[owner], b_e[j])
+    # only the a intervals some b overlaps change: n overlapping b intervals leave n + 1 gaps,
+    # [a_s, b_s[first]), [b_e[first], b_s[first + 1]), …, [b_e[last], a_e)
+    hit = np.flatnonzero(n)
+    if len(hit) == 0:
+        return a_s.copy(), a_e.copy()
+    h_n = n[hit]
+    owner = np.repeat(np.arange(len(hit)), h_n + 1)
+    k = np.arange(int((h_n + 1).sum())) - np.repeat(np.cumsum(h_n + 1) - (h_n + 1), h_n + 1)  # gap index
+    j = first[hit][owner] + k
+    h_s, h_e = a_s[hit][owner], a_e[hit][owner]
+    starts = np.maximum(np.where(k == 0, h_s, b_e[np.maximum(j - 1, 0)]), h_s)
+    ends = np.minimum(np.where(k == h_n[owner], h_e, b_s[np.minimum(j, len(b_s) - 1)]), h_e)
+    keep = ends > starts
+    starts, ends, owner = starts[keep], ends[keep], owner[keep]
+    # every a interval in order: untouched ones whole, the others as their gaps
+    count = np.ones(len(a_s), dtype=np.int64)
+    count[hit] = per_hit = np.bincount(owner, minlength=len(hit))
+    at = np.cumsum(count) - count
+    out_s, out_e = np.empty(int(count.sum()), dtype=_I64), np.empty(int(count.sum()), dtype=_I64)
+    whole = np.ones(len(a_s), dtype=bool)
+    whole[hit] = False
+    out_s[at[whole]], out_e[at[whole]] = a_s[whole], a_e[whole]
+    slot = at[hit][owner] + (np.arange(len(owner)) - np.repeat(np.cumsum(per_hit) - per_hit, per_hit))
+    out_s[slot], out_e[slot] = starts, ends
+    return out_s, out_e
 
 
 def _runs(x: np.ndarray, inside: np.ndarray) -> Intervals:
@@ -105,7 +155,10 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
 
 
 def split(a: Intervals, b: Intervals) -> tuple[Intervals, Intervals]:
-    """``(a ∩ b, a − b)`` from one sweep (inputs need not be unions)."""
+    """``(a ∩ b, a − b)`` from one sweep (inputs need not be unions; two unions are cut without one)."""
+    a, b = _arrays(*a), _arrays(*b)
+    if _is_union(a) and _is_union(b):
+        return _pieces(a, b, True), _pieces(a, b, False)
     x, in_a, in_b = _states(a, b)
     return _runs(x, in_a & in_b), _runs(x, in_a & ~in_b)
 

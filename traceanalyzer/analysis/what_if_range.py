@@ -75,7 +75,9 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
-    r, api = trace.ranges, trace.api_calls
+    r = trace.ranges
+    # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
+    api = trace.api_starts if trace.capabilities.get("api_calls_subset") else trace.api_calls
     cpu_op = trace.strings.get("cpu_op")
     starts = [api["start_ns"][api["rank"] == dev.rank]] if len(api) else []
     if len(r) and cpu_op is not None and cpu_op >= 0:

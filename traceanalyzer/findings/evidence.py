@@ -21,6 +21,7 @@ from ..analysis.gpu_metrics import metric_mask, phase_labels
 from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary
+from ..api_names import GRAPH_LAUNCH, HOST_BLOCKING
 from ..buckets import GEMM_BUCKETS
 from ..trace import Trace
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_windows, steps
@@ -37,9 +38,6 @@ NORM_SUBBUCKETS = ("norm", "reduction")
 NORM_NAME = re.compile(r"rms_?norm|layer_?norm", re.IGNORECASE)
 MAX_CHAIN = 10  # add + a decomposed RMSNorm (+ dtype copies) + quantize
 
-_GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
-_HOST_BLOCKING = re.compile(r"Synchronize|^cudaMemcpy(?!.*Async)|^cuMemcpy(?!.*Async)|cudaMalloc|cudaFree|"
-                            r"cudaHostAlloc|cudaStreamWaitEvent", re.IGNORECASE)
 TENSOR_ACTIVE = "Tensor Active"
 
 
@@ -240,7 +238,7 @@ def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
     from_graph = k["graph_id"][mask] >= 0
     a = trace.api_calls
     if len(a):
-        launches = _names_matching(trace, a["name_id"], _GRAPH_LAUNCH)
+        launches = _names_matching(trace, a["name_id"], GRAPH_LAUNCH)
         if launches.any():
             graph_corr = np.unique(a["correlation"][launches & (a["pid"] == _pid_of(trace, dev))])
             from_graph |= np.isin(k["correlation"][mask], graph_corr)
@@ -286,7 +284,7 @@ def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple[
         return None
     gap_start, gap_end = gap_start[long_gap], gap_end[long_gap]
     a = trace.api_calls
-    blocking = _names_matching(trace, a["name_id"], _HOST_BLOCKING) & (a["pid"] == _pid_of(trace, dev))
+    blocking = _names_matching(trace, a["name_id"], HOST_BLOCKING) & (a["pid"] == _pid_of(trace, dev))
     if not blocking.any():
         return None
     c_start, c_end, c_name = a["start_ns"][blocking], a["end_ns"][blocking], a["name_id"][blocking]

@@ -6,10 +6,12 @@ from pathlib import Path
 
 from ..trace import Trace
 from .detect import (
+    API_SUBSET,
     GZIP_MAGIC,
     KINETO,
     NSYS,
     SQLITE_MAGIC,
+    SUMMARY_TABLES,
     ProgressFn,
     detect_format,
     expand_paths,
@@ -38,9 +40,24 @@ def load_one(path: str | Path, *, progress: ProgressFn | None = None,
     from . import kineto
 
     check_memory(path, kineto_estimate(json_size(Path(path))), None)
+    if tables is not None and API_SUBSET in tables:  # a Kineto trace's API calls are read whole
+        tables = tables - {API_SUBSET} | {"api_calls"}
     trace = kineto.load(Path(path), progress=progress, tables=tables)
     return drop_impossible(trace if window is None else window_trace(trace, window))
 
 
-__all__ = ["GZIP_MAGIC", "KINETO", "NSYS", "SQLITE_MAGIC", "ProgressFn", "detect_format", "expand_paths",
-           "file_size", "load_one", "open_regular", "require_regular_file"]
+__all__ = [
+    "API_SUBSET",
+    "GZIP_MAGIC",
+    "KINETO",
+    "NSYS",
+    "SQLITE_MAGIC",
+    "SUMMARY_TABLES",
+    "ProgressFn",
+    "detect_format",
+    "expand_paths",
+    "file_size",
+    "load_one",
+    "open_regular",
+    "require_regular_file",
+]

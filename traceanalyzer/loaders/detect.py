@@ -21,6 +21,11 @@ _ARCHIVES = {b"\xfd7zXZ\x00": ("xz", "xz -dk"), b"BZh": ("bzip2", "bunzip2 -k"),
 
 NSYS = "nsys-sqlite"
 KINETO = "kineto-json"
+#: ``tables`` entry asking for the CUDA API rows a summary reads (``api_calls``) and every call's start
+#: (``api_starts``) instead of every API row (nsys: ``loaders.nsys_api``; a Kineto trace reads its calls whole).
+API_SUBSET = "api_calls_needed"
+#: The optional tables a summary reads.
+SUMMARY_TABLES = frozenset({"memops", "ranges", "graph_launches", "gpu_metrics", "collectives", API_SUBSET})
 
 ProgressFn = Callable[[int, int], None]
 

@@ -19,8 +19,9 @@ import numpy as np
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
 from ..schema import TABLES
 from ..trace import StringPool, Table, Trace
-from .detect import NSYS, ProgressFn, open_regular
+from .detect import API_SUBSET, NSYS, ProgressFn, open_regular
 from .limits import Window, check_memory, nsys_estimate, window_views
+from .nsys_api import read_needed_api_calls
 from .nsys_meta import (
     GpuCatalog,
     RankAssignment,
@@ -128,8 +129,12 @@ def raw_counts(conn: sqlite3.Connection, schema: Schema, types: dict[str, int]) 
     return counts, counts["nvtx_ranges"] + counts["nvtx_marks"]
 
 
-def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]) -> dict[str, _Columns]:
+def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
+                 ) -> tuple[dict[str, _Columns], dict[str, int]]:
+    """The tables asked for, and (reading only the API rows a summary needs) the counts of API rows left out as
+    impossible (:func:`~.nsys_api.read_needed_api_calls`)."""
     cols: dict[str, _Columns] = {"kernels": read_kernels(ctx)}
+    checked: dict[str, int] = {}
     if "memops" in want:
         cols["memops"] = read_memops(ctx)
     if want & {"ranges", "collectives"}:
@@ -140,11 +145,13 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]) 
             cols["collectives"] = collectives_from_nccl_ranges(ctx.pool, ranges)
     if "api_calls" in want:
         cols["api_calls"] = read_api_calls(ctx)
+    elif API_SUBSET in want:
+        cols["api_calls"], cols["api_starts"], checked = read_needed_api_calls(ctx, cols)
     if "graph_launches" in want:
         cols["graph_launches"] = read_graph_launches(ctx)
     if "gpu_metrics" in want:
         cols["gpu_metrics"] = read_gpu_metrics(ctx)
-    return cols
+    return cols, checked
 
 
 def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> np.ndarray:
@@ -172,6 +179,8 @@ def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, T
         if data:
             if "pid" in data:  # gpu_metrics are per device, not per process
                 data = {**data, "rank": ranks.of(data["pid"])}
+            if name == "api_starts":
+                data = {"start_ns": data["start_ns"], "rank": data["rank"]}
             tables[name] = _table(name, data)
     return tables
 
@@ -218,14 +227,18 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
     planned = counts["kernels"] + sum(n for key, n in (
         ("memops", counts["memcpy"] + counts["memset"]), ("ranges", nvtx_rows), ("api_calls", counts["api_calls"]),
         ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
-        if key in want or (key == "ranges" and "collectives" in want))
-    check_memory(path, nsys_estimate({"kernels": counts["kernels"], **{key: n for key, n in (
+        if key in want or (key == "ranges" and "collectives" in want) or (key == "api_calls" and API_SUBSET in want))
+    rows = {"kernels": counts["kernels"], **{key: n for key, n in (
         ("memops", counts["memcpy"] + counts["memset"]), ("ranges", nvtx_rows), ("api_calls", counts["api_calls"]),
         ("graph_launches", counts["graph_launches"]), ("gpu_metrics", counts["gpu_metrics_samples"]))
-        if key in want or (key == "ranges" and "collectives" in want)}}), window)
+        if key in want or (key == "ranges" and "collectives" in want)}}
+    if API_SUBSET in want and "api_calls" not in want:  # about one launch per kernel or memop, and every start
+        rows |= {"api_needed": counts["kernels"] + counts["memcpy"] + counts["memset"],
+                 "api_starts": counts["api_calls"]}
+    check_memory(path, nsys_estimate(rows), window)
     pool = StringPool()
-    ctx = ReadContext(conn, schema, pool, RowProgress(progress, planned), source_counts)
-    cols = _read_tables(ctx, want, types)
+    ctx = ReadContext(conn, schema, pool, RowProgress(progress, planned), source_counts, plain=window is None)
+    cols, api_checked = _read_tables(ctx, want, types)
 
     pairs = _gpu_pairs(conn, schema, cols["kernels"])
     mpi, rank_conflicts = mpi_ranks(conn, schema)
@@ -241,6 +254,8 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         "has_runtime": bool(schema.cols(RUNTIME)), "has_gpu_info": catalog.present, "rank_source": ranks.source,
         "tables_read": sorted(want | {"kernels"}),
     }
+    if api_checked:
+        caps["api_calls_subset"] = api_checked
     return Trace(
         path=str(path), format=NSYS, strings=pool, tables=_with_ranks(cols, ranks),
         devices=device_infos(catalog, pairs, ranks), tool_version=tool_version, schema_version=schema_version,

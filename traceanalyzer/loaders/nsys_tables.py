@@ -16,10 +16,12 @@ import numpy as np
 
 from ..trace import StringPool
 from .nsys_sql import (
+    BadColumn,
     RowProgress,
     Schema,
     distinct_pairs,
     fetch_columns,
+    fetch_table,
     int_value,
     intern_string_ids,
     intern_texts,
@@ -71,6 +73,7 @@ class ReadContext:
     pool: StringPool
     tick: RowProgress
     counts: dict[str, int]  # COUNT(*) of each source table (preallocation sizes)
+    plain: bool = True  # the activity tables are the export's own (with rowids), not window views
 
     def ids(self, arrays: list[np.ndarray], transform: Callable[[str], str] | None = None) -> list[np.ndarray]:
         """StringIds ids → pool ids (see :func:`intern_string_ids`)."""
@@ -78,7 +81,7 @@ class ReadContext:
                                  has_string_table=self.schema.has("StringIds", "id", "value"))
 
 
-def _int(cols: frozenset[str], name: str, default: str = "-1") -> str:
+def int_expr(cols: frozenset[str], name: str, default: str = "-1") -> str:
     """``IFNULL(col, -1)`` when the column exists, else the default literal."""
     return f"IFNULL({quote(name)}, -1)" if name in cols else default
 
@@ -101,18 +104,17 @@ def read_kernels(ctx: ReadContext) -> _Columns:
         return {}
     require_columns(cols, KERNEL, "start", "end")
     graph = ("IFNULL(graphId, IFNULL(graphNodeId, -1))" if {"graphId", "graphNodeId"} <= cols
-             else _int(cols, "graphId") if "graphId" in cols else _int(cols, "graphNodeId"))
+             else int_expr(cols, "graphId") if "graphId" in cols else int_expr(cols, "graphNodeId"))
     name = ("IFNULL(demangledName, IFNULL(shortName, -1))" if {"demangledName", "shortName"} <= cols
-            else _int(cols, "demangledName", _int(cols, "shortName")))
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {name}, {_int(cols, "shortName")}, '
-           f'{graph}, {_product(cols, "gridX", "gridY", "gridZ")}, {_product(cols, "blockX", "blockY", "blockZ")} '
-           f"FROM {KERNEL}")
+            else int_expr(cols, "demangledName", int_expr(cols, "shortName")))
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), name, int_expr(cols, "shortName"), graph,
+             _product(cols, "gridX", "gridY", "gridZ"), _product(cols, "blockX", "blockY", "blockZ")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("name_sid", "i8"), ("short_sid", "i8"), ("graph_id", "i8"),
               ("grid", "i8"), ("block", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(KERNEL, 0), ctx.tick, table=KERNEL,
-                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId",
+    data = fetch_table(ctx.conn, KERNEL, exprs, fields, ctx.counts.get(KERNEL, 0), ctx.tick, plain=ctx.plain,
+                       sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId",
                                   "demangledName", "shortName", "graphId", "gridX", "blockX"])
     data["name_id"], data["short_name_id"] = ctx.ids([data.pop("name_sid"), data.pop("short_sid")])
     return sorted_by_start(data)
@@ -135,14 +137,14 @@ def memcpy_kind_names(conn: sqlite3.Connection, schema: Schema) -> dict[int, tup
 def _memcpy(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMCPY)
     require_columns(cols, MEMCPY, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "copyKind", "0")}, '
-           f'{_int(cols, "bytes")}, {_int(cols, "srcDeviceId")}, {_int(cols, "dstDeviceId")} FROM {MEMCPY}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "copyKind", "0"),
+             int_expr(cols, "bytes"), int_expr(cols, "srcDeviceId"), int_expr(cols, "dstDeviceId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("copy_kind", "i8"), ("bytes", "i8"), ("src_device", "i4"),
               ("dst_device", "i4")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMCPY, 0), ctx.tick, table=MEMCPY,
-                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "copyKind",
+    data = fetch_table(ctx.conn, MEMCPY, exprs, fields, ctx.counts.get(MEMCPY, 0), ctx.tick, plain=ctx.plain,
+                       sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "copyKind",
                                   "bytes", "srcDeviceId", "dstDeviceId"])
     kinds = memcpy_kind_names(ctx.conn, ctx.schema)
     uniq, inverse = np.unique(data.pop("copy_kind"), return_inverse=True)
@@ -160,12 +162,12 @@ def _memcpy(ctx: ReadContext) -> _Columns:
 def _memset(ctx: ReadContext) -> _Columns:
     cols = ctx.schema.cols(MEMSET)
     require_columns(cols, MEMSET, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "bytes")} FROM {MEMSET}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "bytes")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("bytes", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(MEMSET, 0), ctx.tick, table=MEMSET,
-                         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "bytes"])
+    data = fetch_table(ctx.conn, MEMSET, exprs, fields, ctx.counts.get(MEMSET, 0), ctx.tick, plain=ctx.plain,
+                       sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "bytes"])
     n = len(data["start_ns"])
     data["kind_id"] = np.full(n, ctx.pool.intern("memset"), dtype=np.int32)
     data["name_id"] = np.full(n, ctx.pool.intern("[CUDA memset]"), dtype=np.int32)
@@ -248,13 +250,26 @@ def read_ranges(ctx: ReadContext, types: dict[str, int]) -> _Columns:
     text, text_id = _text_sql(cols)
     domain = "IFNULL(domainId, 0)" if "domainId" in cols else "0"
     range_types = (types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxMark"])
-    sql = (f'SELECT start, IFNULL("end", -1), eventType, {PID_SQL.format(col="globalTid")}, {TID_SQL}, '
-           f"{domain}, {text_id}, {text} FROM {NVTX} WHERE eventType IN (?, ?, ?)")
+    # integer columns as chunks of text (no tuple per row); then the inline texts alone, in the same order
+    exprs = ["start", 'IFNULL("end", -1)', "eventType", PID_SQL.format(col="globalTid"), TID_SQL, domain, text_id,
+             f"{text} IS NOT NULL"]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("event_type", "i8"), ("pid", "i8"), ("tid", "i8"),
-              ("domain", "i8"), ("text_sid", "i8"), ("text", "O")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get("nvtx_rows", 0), ctx.tick, params=range_types,
-                         table=NVTX, sources=["start", "end", "eventType", "globalTid", "globalTid", "domainId",
-                                              "textId", "text"])
+              ("domain", "i8"), ("text_sid", "i8"), ("has_text", "i8")]
+    where = "eventType IN (?, ?, ?)"
+    data = fetch_table(ctx.conn, NVTX, exprs, fields, ctx.counts.get("nvtx_rows", 0), ctx.tick, where=where,
+                       params=range_types, plain=ctx.plain, sources=["start", "end", "eventType", "globalTid",
+                                                                     "globalTid", "domainId", "textId", "text"])
+    has_text = data.pop("has_text").astype(bool)
+    texts = np.full(len(has_text), None, dtype=object)
+    if has_text.any():
+        # text as its UTF-8 bytes: decoded once per distinct text by intern_texts, not once per row
+        as_bytes = f"CASE WHEN typeof({text}) = 'text' THEN CAST({text} AS BLOB) ELSE {text} END"
+        found = [t for (t,) in ctx.conn.execute(f"SELECT {as_bytes} FROM {NVTX} WHERE {where} AND {text} IS NOT NULL",
+                                                range_types)]
+        if len(found) != int(has_text.sum()):  # a file written to while read
+            raise BadColumn(NVTX, "text", "rows changed while the export was read")
+        texts[has_text] = found
+    data["text"] = texts
     is_mark = data.pop("event_type") == types["NvtxMark"]
     data["end_ns"] = np.where(is_mark, data["start_ns"], data["end_ns"])
     inline = intern_texts(ctx.pool, data.pop("text"))
@@ -285,18 +300,20 @@ def collectives_from_nccl_ranges(pool: StringPool, ranges: _Columns) -> _Columns
             "name_id": coll_name[keep]}
 
 
-def read_api_calls(ctx: ReadContext) -> _Columns:
-    """CUDA runtime/driver API calls; names without the ``_v\\d+`` version suffix."""
+def read_api_calls(ctx: ReadContext, where: str = "") -> _Columns:
+    """CUDA runtime/driver API calls (those matching the SQL condition ``where``, when given); names without the
+    ``_v\\d+`` version suffix."""
     cols = ctx.schema.cols(RUNTIME)
     if not cols:
         return {}
     require_columns(cols, RUNTIME, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalTid")}, {TID_SQL}, '
-           f'{_int(cols, "correlationId")}, {_int(cols, "nameId")} FROM {RUNTIME}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL, int_expr(cols, "correlationId"),
+             int_expr(cols, "nameId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
-    data = fetch_columns(ctx.conn, sql, fields, ctx.counts.get(RUNTIME, 0), ctx.tick, table=RUNTIME,
-                         sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"])
+    data = fetch_table(ctx.conn, RUNTIME, exprs, fields, 0 if where else ctx.counts.get(RUNTIME, 0), ctx.tick,
+                       where=where, plain=ctx.plain,
+                       sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"])
     (data["name_id"],) = ctx.ids([data.pop("name_sid")], transform=strip_api_version)
     return sorted_by_start(data)
 
@@ -307,12 +324,12 @@ def read_graph_launches(ctx: ReadContext) -> _Columns:
     if not cols:
         return {}
     require_columns(cols, GRAPH_TRACE, "start", "end")
-    sql = (f'SELECT start, IFNULL("end", start), {PID_SQL.format(col="globalPid")}, {_int(cols, "deviceId")}, '
-           f'{_int(cols, "streamId")}, {_int(cols, "correlationId")}, {_int(cols, "graphId")} FROM {GRAPH_TRACE}')
+    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "graphId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("graph_id", "i8")]
-    return sorted_by_start(fetch_columns(
-        ctx.conn, sql, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, table=GRAPH_TRACE,
+    return sorted_by_start(fetch_table(
+        ctx.conn, GRAPH_TRACE, exprs, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, plain=ctx.plain,
         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "graphId"]))
 
 

@@ -35,6 +35,12 @@ def capture_window(trace: Trace) -> tuple[int, int, int] | None:
     starts = [trace.tables[t]["start_ns"] for t in ("kernels", "memops") if len(trace.tables[t])]
     if not starts:
         starts = [trace.tables[t]["start_ns"] for t in TIMED_TABLES if len(trace.tables[t])]
+    return capture_bounds(starts)
+
+
+def capture_bounds(starts: list[np.ndarray]) -> tuple[int, int, int] | None:
+    """:func:`capture_window` of the given start times (the GPU activity's, when there is any)."""
+    starts = [s for s in starts if len(s)]
     if not starts:
         return None
     joined = np.concatenate(starts) if len(starts) > 1 else starts[0]
@@ -50,8 +56,15 @@ def drop_impossible(trace: Trace) -> Trace:
     window = capture_window(trace)
     tables = dict(trace.tables)
     dropped: dict[str, dict[str, int]] = {}
+    totals = {name: len(t) for name, t in trace.tables.items()}
+    subset = trace.capabilities.get("api_calls_subset")  # API rows read in part, checked in SQL (loaders.nsys_api)
     for name in TIMED_TABLES:
         table = tables[name]
+        if name == "api_calls" and subset:
+            totals[name] = subset["rows"]
+            if subset["end_before_start"] or subset["beyond_capture"]:
+                dropped[name] = {k: subset[k] for k in ("end_before_start", "beyond_capture")}
+            continue
         if not len(table):
             continue
         start, end = table["start_ns"], table["end_ns"]
@@ -72,7 +85,7 @@ def drop_impossible(trace: Trace) -> Trace:
         if beyond.any():
             tables["gpu_metrics"] = metrics.take(~beyond)
             dropped["gpu_metrics"] = {"end_before_start": 0, "beyond_capture": int(beyond.sum())}
-    warnings = _dropped_warnings(dropped, trace, window)
+    warnings = _dropped_warnings(dropped, totals, window)
     warnings += _unnamed_warning(tables["kernels"])
     if not warnings:
         return trace
@@ -80,11 +93,11 @@ def drop_impossible(trace: Trace) -> Trace:
     return replace(trace, tables=tables, warnings=[*trace.warnings, *warnings], capabilities=capabilities)
 
 
-def _dropped_warnings(dropped: dict[str, dict[str, int]], trace: Trace,
+def _dropped_warnings(dropped: dict[str, dict[str, int]], totals: dict[str, int],
                       window: tuple[int, int, int] | None) -> list[str]:
     out = []
     for name, counts in dropped.items():
-        total = len(trace.tables[name])
+        total = totals[name]
         parts = []
         if counts["end_before_start"]:
             parts.append(f"{counts['end_before_start']:,} ending before they start")
