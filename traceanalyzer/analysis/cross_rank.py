@@ -86,46 +86,56 @@ def _ordinals_of(start: np.ndarray, by: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _prepare(dev: DeviceSummary, offset: int | None) -> pd.DataFrame:
+Columns = dict[str, np.ndarray]  # one rank's collectives as named numpy columns of one length (no frame per rank)
+
+
+def _rows(frame: Columns) -> int:
+    return len(frame["start_ns"])
+
+
+def _take(frame: Columns, rows: np.ndarray) -> Columns:
+    return {k: v[rows] for k, v in frame.items()}
+
+
+def _prepare(dev: DeviceSummary, offset: int | None) -> Columns:
     c = dev.collectives
     n = len(c)
-    kind = c["kind"].astype(str).to_numpy() if "kind" in c else np.full(n, "unknown")
+    kind = c["kind"].astype(str).to_numpy() if "kind" in c else np.full(n, "unknown", dtype=object)
     start = c["start_ns"].to_numpy(np.int64)
 
     def column(name: str) -> np.ndarray:
         return c[name].to_numpy(np.int64) if name in c else np.full(n, -1, np.int64)
 
     step = column("step")
-    return pd.DataFrame({
+    return {
         "kind": kind, "start_ns": start,
         "duration_ns": c["duration_ns"].to_numpy(np.int64) if "duration_ns" in c
         else (c["end_ns"] - c["start_ns"]).to_numpy(np.int64),
         "step": step, "seq": column("seq"), "bytes": column("bytes"), "group_size": column("group_size"),
         "clock_ns": start + offset if offset is not None else np.full(n, -1, np.int64),
         "ordinal": _ordinals_of(start, [kind]), "step_ordinal": _ordinals_of(start, [kind, step]),
-    })
+    }
 
 
-def _start_order_positions(frame: pd.DataFrame, shift: int = 0) -> np.ndarray:
+def _start_order_positions(frame: Columns, shift: int = 0) -> np.ndarray:
     """Position of each row in start-time order, minus ``shift``."""
-    pos = np.empty(len(frame), dtype=np.int64)
-    pos[np.argsort(frame["start_ns"].to_numpy(), kind="stable")] = np.arange(len(frame)) - shift
+    pos = np.empty(_rows(frame), dtype=np.int64)
+    pos[np.argsort(frame["start_ns"], kind="stable")] = np.arange(_rows(frame)) - shift
     return pos
 
 
-def _best_shift(ref: pd.DataFrame, other: pd.DataFrame, comparable: bool) -> int:
+def _best_shift(ref: Columns, other: Columns, comparable: bool) -> int:
     """Shift ``s`` such that ``other``'s row ``i + s`` (start order) is ``ref``'s row ``i``: most (kind, bytes)
     agreements over the first ``ALIGN_SAMPLE`` rows, then the closest start times (comparable clocks), then the
     smallest ``|s|``."""
-    ref_order = np.argsort(ref["start_ns"].to_numpy(), kind="stable")
-    other_order = np.argsort(other["start_ns"].to_numpy(), kind="stable")
+    ref_order = np.argsort(ref["start_ns"], kind="stable")
+    other_order = np.argsort(other["start_ns"], kind="stable")
     # one code per (kind, bytes) pair, equal across the two ranks for equal pairs
-    kinds, _ = pd.factorize(np.concatenate([ref["kind"].to_numpy()[ref_order], other["kind"].to_numpy()[other_order]]))
-    sizes, distinct_sizes = pd.factorize(np.concatenate([ref["bytes"].to_numpy()[ref_order],
-                                                         other["bytes"].to_numpy()[other_order]]))
+    kinds, _ = pd.factorize(np.concatenate([ref["kind"][ref_order], other["kind"][other_order]]))
+    sizes, distinct_sizes = pd.factorize(np.concatenate([ref["bytes"][ref_order], other["bytes"][other_order]]))
     codes = kinds.astype(np.int64) * max(len(distinct_sizes), 1) + sizes
-    a, b = codes[: min(len(ref), ALIGN_SAMPLE)], codes[len(ref):]
-    a_t, b_t = ref["clock_ns"].to_numpy()[ref_order][: len(a)], other["clock_ns"].to_numpy()[other_order]
+    a, b = codes[: min(_rows(ref), ALIGN_SAMPLE)], codes[_rows(ref):]
+    a_t, b_t = ref["clock_ns"][ref_order][: len(a)], other["clock_ns"][other_order]
     shifts = np.arange(max(-(len(a) - 1), -MAX_OFFSET_SEARCH), min(len(b) - 1, MAX_OFFSET_SEARCH) + 1)
     if len(shifts) == 0:
         return 0
@@ -142,39 +152,38 @@ def _best_shift(ref: pd.DataFrame, other: pd.DataFrame, comparable: bool) -> int
     return int(best[np.argmin(np.abs(best))])
 
 
-def _keys(frames: list[pd.DataFrame], comparable: bool, named_steps: bool
-          ) -> tuple[list[pd.DataFrame], list[str], str]:
+def _keys(frames: list[Columns], comparable: bool, named_steps: bool) -> tuple[list[Columns], list[str], str]:
     """Add match-key columns to each rank's frame; returns the frames, the key columns and the method name.
     Step numbers are keys only when they are names shared by every rank (ProfilerStep#N, an NVTX range), not
     when each rank's steps were detected on its own."""
-    if all(len(f) and (f["seq"] >= 0).all() for f in frames):
+    if all(_rows(f) and (f["seq"] >= 0).all() for f in frames):
         return frames, ["kind", "seq"], "seq"
-    steps = [set(f.loc[f["step"] >= 0, "step"].tolist()) for f in frames]
+    steps = [set(f["step"][f["step"] >= 0].tolist()) for f in frames]
     if named_steps and all(steps) and set.intersection(*steps):
-        return [f[f["step"] >= 0] for f in frames], ["kind", "step", "step_ordinal"], "step+ordinal"
+        return [_take(f, f["step"] >= 0) for f in frames], ["kind", "step", "step_ordinal"], "step+ordinal"
     shifts = [0] + [_best_shift(frames[0], f, comparable) for f in frames[1:]]
     for f, shift in zip(frames, shifts, strict=True):  # the frames are this module's own (_prepare)
         f["aligned"] = _start_order_positions(f, shift)
     return frames, ["kind", "aligned"], "ordinal+offset"
 
 
-def _first_of_each_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def _first_of_each_key(frame: Columns, keys: list[str]) -> Columns:
     """``frame.drop_duplicates(subset=keys)``: the first row of each key, in frame order (the frame itself when
     every key is distinct)."""
-    codes = np.zeros(len(frame), dtype=np.int64)
+    codes = np.zeros(_rows(frame), dtype=np.int64)
     for key in keys:
-        part, uniques = pd.factorize(frame[key].to_numpy(), use_na_sentinel=False)
+        part, uniques = pd.factorize(frame[key], use_na_sentinel=False)
         codes = pd.factorize(codes * max(len(uniques), 1) + part)[0].astype(np.int64)
     first = np.unique(codes, return_index=True)[1]
-    return frame if len(first) == len(frame) else frame.iloc[np.sort(first)]
+    return frame if len(first) == len(codes) else _take(frame, np.sort(first))
 
 
-def _shared_codes(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray]:
+def _shared_codes(frames: list[Columns], keys: list[str]) -> list[np.ndarray]:
     """One integer code per row for its match key, equal across ranks for equal keys (all ranks at once)."""
-    lengths = [len(f) for f in frames]
+    lengths = [_rows(f) for f in frames]
     codes = np.zeros(sum(lengths), dtype=np.int64)
     for key in keys:
-        part, uniques = pd.factorize(pd.concat([f[key] for f in frames], ignore_index=True))
+        part, uniques = pd.factorize(np.concatenate([f[key] for f in frames]))
         codes = pd.factorize(codes * max(len(uniques), 1) + part)[0].astype(np.int64)
     return np.split(codes, np.cumsum(lengths)[:-1])
 
@@ -194,7 +203,7 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
         ranks_with[c] += 1  # codes are distinct within a rank after drop_duplicates
     rows = np.flatnonzero(ranks_with[codes[0]] == len(frames))  # the first rank's rows every rank has
     wanted = codes[0][rows]
-    first = frames[0].iloc[rows].reset_index(drop=True)
+    first = _take(frames[0], rows)
     columns: dict[str, object] = {k: first[k] for k in keys}
     values = ["step", "bytes", "group_size", "start_ns", "clock_ns", "duration_ns"]
     where = np.empty(n_codes, dtype=np.int64)
@@ -202,7 +211,7 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
         where[c] = np.arange(len(c))
         take = where[wanted]
         for v in values:
-            columns[f"{v}_r{dev.rank}"] = f[v].to_numpy()[take]
+            columns[f"{v}_r{dev.rank}"] = f[v][take]
         if i == 0:  # the first rank's sequence numbers and ordinals, for reading the table
             columns.update({k: first[k] for k in ("seq", "ordinal", "step_ordinal") if k not in keys})
     return pd.DataFrame(columns), method

@@ -119,15 +119,16 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
     return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
 
 
-def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.DataFrame | None:
-    """``(start_ns, transfer_ns, wait_ns)`` of this rank's matched instances, or None without cross-rank data."""
+def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Columns | None:
+    """``start_ns``, ``transfer_ns``, ``wait_ns`` (int64 arrays) of this rank's matched instances, or None without
+    cross-rank data (arrays, not a frame: one per rank, a frame's construction would cost more than the work)."""
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
     per = cross_rank.per_collective
     start = per[f"start_ns_r{rank}"].to_numpy(np.int64)
     first = np.sort(np.unique(start, return_index=True)[1])  # the first row of each start, in table order
-    return pd.DataFrame({"start_ns": start[first], "transfer_ns": per["transfer_ns"].to_numpy(np.int64)[first],
-                         "wait_ns": per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first]})
+    return {"start_ns": start[first], "transfer_ns": per["transfer_ns"].to_numpy(np.int64)[first],
+            "wait_ns": per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first]}
 
 
 def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -148,7 +149,7 @@ def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
 
 
 def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
-               matched: pd.DataFrame | None) -> Columns:
+               matched: Columns | None) -> Columns:
     """The device's collectives with their host evidence, transfer and wait (one row per instance); the host
     columns are -1 (``source`` "none") where an instance is no kernel of the device (a peer copy)."""
     comm = np.flatnonzero(act.kernel_is_comm)
@@ -166,13 +167,13 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     # transfer and wait: from the cross-rank match, else from this rank alone (computed only when needed)
     hit = np.zeros(len(start), dtype=bool)
     transfer = wait = np.zeros(len(start), dtype=np.int64)
-    if matched is not None and len(start) and len(matched):
-        m_start = matched["start_ns"].to_numpy(np.int64)  # unique
+    if matched is not None and len(start) and len(matched["start_ns"]):
+        m_start = matched["start_ns"]  # unique
         by_start = np.argsort(m_start, kind="stable")
         pos = np.minimum(np.searchsorted(m_start[by_start], start), len(m_start) - 1)
         hit = m_start[by_start][pos] == start
-        transfer = matched["transfer_ns"].to_numpy(np.int64)[by_start[pos]]
-        wait = matched["wait_ns"].to_numpy(np.int64)[by_start[pos]]
+        transfer = matched["transfer_ns"][by_start[pos]]
+        wait = matched["wait_ns"][by_start[pos]]
     if not hit.all():
         own = _own_transfer(coll)
         transfer = np.where(hit, transfer, own)
@@ -312,7 +313,7 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
                                   for k, v in per_seg.items()}
 
 
-def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None, with_range: bool = True
+def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_range: bool = True
                 ) -> RankCosts | None:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
     the device has neither collectives nor collective calls without kernels. Without ``with_range``, the readings
@@ -437,7 +438,7 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
 
 
 def trace_comm_costs(trace: Trace, devices: list[DeviceSummary], cross_rank: CrossRankSummary | None,
-                     columns: dict[int, pd.DataFrame | None] | None = None, *, with_range: bool = True
+                     columns: dict[int, Columns | None] | None = None, *, with_range: bool = True
                      ) -> dict[int, RankCosts]:
     """:func:`rank_comm_costs` of each rank of one trace: its first device (in order) that has any. Where the
     trace lives (a Dask worker), with the cross-rank ``columns`` of its ranks (:func:`cross_rank_columns`) instead
@@ -468,13 +469,7 @@ def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
         has_steps = any(d.steps for d in devices)
         return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})
     stepped = {r: s for r, (s, _) in ranks.items() if len(s)}  # ranks with collectives inside step windows
-    own = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna() if stepped else pd.DataFrame()
-    wait = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) if stepped \
-        else pd.DataFrame()
-    host = pd.concat({r: s["host_part_ns"] * (1 - s["gpu_weight"]) for r, s in stepped.items()}, axis=1
-                     ).reindex(own.index) if stepped else pd.DataFrame()
-    issue_only = pd.concat({r: s["issue_only_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own.index) \
-        if stepped else pd.DataFrame()
+    own, wait, host, issue_only = _by_rank_tables(stepped)
     details: dict[str, Any] = {
         "method": "per host-sync segment max(host time of the collective calls GPU waited for, exposed transfer) "
                   "+ contention, of the rank that waits least; median over steps",
@@ -505,6 +500,35 @@ def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
         details.update(step_range(limiting, int(np.median(step_saving)), basis))
     details.update(_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
+
+
+def _by_rank_tables(stepped: dict[int, pd.DataFrame]
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Step × rank tables of own cost, wait, host part (weighed) and issue-only cost, on the steps every rank
+    has. Ranks with the same steps (the usual case) are stacked as arrays; otherwise aligned by pandas."""
+    if not stepped:
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    frames = list(stepped.values())
+    index = frames[0].index
+    if all(f.index.equals(index) for f in frames[1:]) and index.is_unique:
+        names = pd.Index(list(stepped), dtype=np.int64)
+        own = np.column_stack([f["own_ns"].to_numpy() for f in frames])
+        keep = ~np.isnan(own).any(axis=1) if own.dtype.kind == "f" else np.ones(len(index), dtype=bool)
+
+        def table(values: np.ndarray) -> pd.DataFrame:
+            return pd.DataFrame(values[keep], index=index[keep], columns=names)
+
+        def stacked(column: str) -> np.ndarray:
+            return np.column_stack([f[column].to_numpy() for f in frames])
+
+        host = np.column_stack([f["host_part_ns"].to_numpy() * (1 - f["gpu_weight"].to_numpy()) for f in frames])
+        return table(own), table(stacked("wait_ns")), table(host), table(stacked("issue_only_own_ns"))
+    own_t = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna()
+    wait_t = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own_t.index)
+    host_t = pd.concat({r: s["host_part_ns"] * (1 - s["gpu_weight"]) for r, s in stepped.items()}, axis=1
+                       ).reindex(own_t.index)
+    issue_t = pd.concat({r: s["issue_only_own_ns"] for r, s in stepped.items()}, axis=1).reindex(own_t.index)
+    return own_t, wait_t, host_t, issue_t
 
 
 def _partial_run(cross_rank: CrossRankSummary | None) -> dict[str, Any]:
