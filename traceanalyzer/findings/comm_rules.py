@@ -10,7 +10,16 @@ import pandas as pd
 
 from ..analysis.results import DeviceSummary, Finding
 from ..classify.demangle import display_name
-from .context import FindingContext, count_per_step, kinds_text, ms, per_step_median, severity, step_index
+from .context import (
+    FindingContext,
+    count_kinds_per_step,
+    count_per_step,
+    kinds_text,
+    ms,
+    per_step_median,
+    severity,
+    step_index,
+)
 
 #: Collective kinds that are all-reduces (sub-buckets / kinds from the classifier and collectives analysis).
 ALLREDUCE_KINDS = ("allreduce", "all_reduce", "custom_allreduce")
@@ -34,13 +43,14 @@ def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
         return cached
     out: dict[str, dict[str, int]] = {}
     for dev in ctx.summary.devices:
-        c = ctx.collectives(dev)
-        if not len(c) or ctx.summary.cross_rank is None:
+        start = ctx.collective_column(dev, "start_ns")
+        if not len(start) or ctx.summary.cross_rank is None:
             continue
-        idx = step_index(dev, c["start_ns"].to_numpy(np.int64))
-        out[str(dev.rank)] = {"wait_ns_per_step": per_step_median(ctx.steps(dev), idx, c["wait_ns"].to_numpy()),
-                              "exposed_wait_ns_per_step": per_step_median(ctx.steps(dev), idx,
-                                                                          c["exposed_wait_ns"].to_numpy())}
+        idx = step_index(dev, start.astype(np.int64))
+        out[str(dev.rank)] = {
+            "wait_ns_per_step": per_step_median(ctx.steps(dev), idx, ctx.collective_column(dev, "wait_ns")),
+            "exposed_wait_ns_per_step": per_step_median(ctx.steps(dev), idx,
+                                                        ctx.collective_column(dev, "exposed_wait_ns"))}
     ctx.memo["wait_by_rank"] = out
     return out
 
@@ -58,7 +68,8 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
         pct = ctx.pct_of_step(dev, per_step)
         if not per_step or pct is None or pct < ctx.thresholds.exposed_comm_min_pct:
             continue
-        counts = count_per_step(ctx, dev, ctx.collectives(dev))
+        counts = count_kinds_per_step(ctx, dev, ctx.collective_column(dev, "start_ns").astype(np.int64),
+                                      ctx.collective_column(dev, "kind").astype(str))
         wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
         wait_text = f"; {ms(wait)} of it is waiting for another rank" if wait and wait >= 0.1 * per_step else ""
         found.append(Finding(
@@ -148,13 +159,14 @@ def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
     t = ctx.thresholds
     found = []
     for dev in ctx.summary.devices:
-        c = ctx.collectives(dev)
-        if not len(c):
+        nbytes_all = ctx.collective_column(dev, "bytes")
+        candidate = (nbytes_all > 0) & (nbytes_all <= t.small_message_max_bytes)  # cheap test first
+        if candidate.any():
+            candidate &= np.isin(ctx.collective_column(dev, "kind").astype(str), ALLREDUCE_KINDS)
+            candidate &= np.char.find(np.char.lower(ctx.collective_column(dev, "name").astype(str)), "nccl") >= 0
+        if not candidate.any():
             continue
-        small = c[c["kind"].astype(str).isin(ALLREDUCE_KINDS) & c["name"].astype(str).str.contains("nccl", case=False)
-                  & (c["bytes"] > 0) & (c["bytes"] <= t.small_message_max_bytes)]
-        if not len(small):
-            continue
+        small = ctx.collectives(dev)[candidate]
         nbytes = small["bytes"].to_numpy(np.float64)
         peak = link_peak_gbps(dev.name)
         oneshot = t.oneshot_latency_ns + (nbytes / peak if peak else np.zeros(len(nbytes)))  # bytes/(GB/s) = ns
@@ -223,13 +235,11 @@ def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
     t = ctx.thresholds
     found = []
     for dev in ctx.summary.devices:
-        c = ctx.collectives(dev)
         peak = link_peak_gbps(dev.name)
-        if peak is None or not len(c):
+        big_rows = ctx.collective_column(dev, "bytes") >= t.bandwidth_min_bytes
+        if peak is None or not big_rows.any():
             continue
-        big = c[c["bytes"] >= t.bandwidth_min_bytes]
-        if not len(big):
-            continue
+        big = ctx.collectives(dev)[big_rows]
         n = int(big["group_size"].max()) if big["group_size"].max() > 1 else 2
         nbytes = big["bytes"].to_numpy(np.float64)
         kinds = big["kind"].astype(str).to_numpy()

@@ -108,41 +108,91 @@ class FindingContext:
         """The device's collective instances inside step windows, with cross-rank ``transfer_ns`` and this
         rank's ``wait_ns`` where matched (else transfer = duration, wait = 0) and ``exposed_transfer_ns`` =
         min(exposed, transfer): the SM-idle time of the instance that is not waiting for another rank.
-        Computed once per device (the rules call it many times)."""
+        Computed once per device (the rules call it many times); rules that test a few columns first read them
+        with :meth:`collective_column` instead (no frame per device)."""
         key = ("collectives", id(dev))
         cached = self.memo.get(key)
         if cached is None or cached[0] is not dev:
-            cached = self.memo[key] = (dev, self._collectives(dev))
+            c, split = self._step_rows(dev), self._cross_split(dev)
+            cached = self.memo[key] = (dev, c.assign(**split) if split else c)
         result: pd.DataFrame = cached[1]
         return result
 
-    def _collectives(self, dev: DeviceSummary) -> pd.DataFrame:
+    def collective_column(self, dev: DeviceSummary, name: str) -> np.ndarray:
+        """Column ``name`` of :meth:`collectives` as an array, read without building that frame."""
+        split = self._cross_split(dev)
+        if name in split:
+            return split[name]
+        c = dev.collectives
+        if not len(c):
+            return c[name].to_numpy() if name in c else np.zeros(0)
+        if not len(dev.per_step):
+            return np.zeros(len(c), dtype=np.int64) if name == "step" else c[name].to_numpy()
+        values = c[name].to_numpy()
+        rows = self._inside_rows(dev)
+        return values if rows is None else values[rows]
+
+    def _inside_rows(self, dev: DeviceSummary) -> np.ndarray | None:
+        """Rows of the device's collectives inside a step window; None for all of them."""
+        inside = dev.collectives["step"].to_numpy() >= 0
+        return None if inside.all() else np.flatnonzero(inside)
+
+    def _step_rows(self, dev: DeviceSummary) -> pd.DataFrame:
+        """The device's collectives inside step windows (all, as step 0, when no step was found), indexed 0..n-1."""
         c = dev.collectives
         if not len(c):
             return c
-        c = c[c["step"] >= 0] if len(dev.per_step) else c.assign(step=0)
-        c = c.reset_index(drop=True)
-        transfer = c["duration_ns"].to_numpy(np.int64).copy()
-        wait = np.zeros(len(c), dtype=np.int64)
-        matched = self._matched_by_rank.get(dev.rank)
-        if matched is not None and len(c) and len(matched[0]):
-            starts, m_transfer, m_wait = matched
-            mine = c["start_ns"].to_numpy(np.int64)
-            pos = np.minimum(np.searchsorted(starts, mine), len(starts) - 1)
-            hit = starts[pos] == mine
-            transfer[hit] = m_transfer[pos[hit]]
-            wait[hit] = m_wait[pos[hit]]
-        exposed = c["exposed_ns"].to_numpy(np.int64)
-        return c.assign(transfer_ns=transfer, wait_ns=wait, exposed_transfer_ns=np.minimum(exposed, transfer),
-                        exposed_wait_ns=np.minimum(exposed, wait))
+        if len(dev.per_step):
+            rows = self._inside_rows(dev)
+            c = c if rows is None else c.iloc[rows]
+        else:
+            c = c.assign(step=0)
+        if not (isinstance(c.index, pd.RangeIndex) and c.index.equals(pd.RangeIndex(len(c)))):
+            c = c.reset_index(drop=True)
+        return c
+
+    def _cross_split(self, dev: DeviceSummary) -> dict[str, np.ndarray]:
+        """The cross-rank columns :meth:`collectives` adds (empty without collectives), computed once per device."""
+        key = ("cross_split", id(dev))
+        cached = self.memo.get(key)
+        if cached is not None and cached[0] is dev:
+            found: dict[str, np.ndarray] = cached[1]
+            return found
+        c = dev.collectives
+        split: dict[str, np.ndarray] = {}
+        if len(c):
+            rows = self._inside_rows(dev) if len(dev.per_step) else None
+            duration, start, exposed = (c[k].to_numpy(np.int64) for k in ("duration_ns", "start_ns", "exposed_ns"))
+            if rows is not None:
+                duration, start, exposed = duration[rows], start[rows], exposed[rows]
+            transfer = duration.copy()
+            wait = np.zeros(len(duration), dtype=np.int64)
+            matched = self._matched_by_rank.get(dev.rank)
+            if matched is not None and len(duration) and len(matched[0]):
+                starts, m_transfer, m_wait = matched
+                pos = np.minimum(np.searchsorted(starts, start), len(starts) - 1)
+                hit = starts[pos] == start
+                transfer[hit] = m_transfer[pos[hit]]
+                wait[hit] = m_wait[pos[hit]]
+            split = {"transfer_ns": transfer, "wait_ns": wait, "exposed_transfer_ns": np.minimum(exposed, transfer),
+                     "exposed_wait_ns": np.minimum(exposed, wait)}
+        self.memo[key] = (dev, split)
+        return split
 
 
 def count_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame) -> dict[str, int]:
     """Median number of instances per step, by collective kind (``c`` from :meth:`FindingContext.collectives`)."""
     if not len(c):
         return {}
-    idx = step_index(dev, c["start_ns"].to_numpy(np.int64))
-    kinds = c["kind"].astype(str).to_numpy()
+    return count_kinds_per_step(ctx, dev, c["start_ns"].to_numpy(np.int64), c["kind"].astype(str).to_numpy())
+
+
+def count_kinds_per_step(ctx: FindingContext, dev: DeviceSummary, start: np.ndarray, kinds: np.ndarray
+                         ) -> dict[str, int]:
+    """:func:`count_per_step` from the instances' start times and kinds (as str)."""
+    if not len(start):
+        return {}
+    idx = step_index(dev, start)
     return {str(k): per_step_median(ctx.steps(dev), idx[kinds == k], np.ones(int((kinds == k).sum())))
             for k in pd.unique(kinds)}
 
@@ -153,8 +203,8 @@ def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresho
                           long_gap_min_ns=thresholds.long_gap_min_ns)
 
 
-__all__ = ["FindingContext", "FindingThresholds", "count_per_step", "device_evidence", "kernel_mask",
-           "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows"]
+__all__ = ["FindingContext", "FindingThresholds", "count_kinds_per_step", "count_per_step", "device_evidence",
+           "kernel_mask", "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows"]
 
 
 #: Plural, human names of collective kinds for titles.
