@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,16 +41,17 @@ def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
 
 def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True,
               jobs: int = 1, progress: ProgressFn | None = None, window: str | Window | None = None,
-              tables: frozenset[str] | None = None) -> list[Trace]:
+              tables: frozenset[str] | None = None, on_loaded: Callable[[Trace], None] | None = None) -> list[Trace]:
     """Load several files or directories of rank traces; one Trace per file, in path order.
 
-    ``jobs > 1`` loads files in that many worker processes; ``window`` and ``tables`` as :func:`load`.
+    ``jobs > 1`` loads files in that many worker processes; ``window`` and ``tables`` as :func:`load`;
+    ``on_loaded`` as :func:`load_files`.
     """
     win = parse_window(window)
     skipped: list[str] = []
     files = expand_paths(list(paths), skipped)
     traces = load_files(files, rules=rules, classify=classify, jobs=jobs, progress=progress, window=win,
-                        tables=tables)
+                        tables=tables, on_loaded=on_loaded)
     if skipped and traces:  # said once, with the first trace's warnings (summary JSON, terminal, report)
         traces[0] = replace(traces[0], warnings=[*traces[0].warnings, *skipped])
     return assign_ranks_across_files(traces)
@@ -58,14 +59,15 @@ def load_many(paths: Sequence[PathLike], *, rules: PathLike | None = None, class
 
 def load_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 1,
                tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
-               window: Window | None = None) -> list[Trace]:
+               window: Window | None = None, on_loaded: Callable[[Trace], None] | None = None) -> list[Trace]:
     """One Trace per file, in file order, ranks as the files give them; ``jobs > 1`` loads in that many worker
-    processes. ``tables`` limits the optional tables read (as ``loaders.load_one``)."""
+    processes. ``tables`` limits the optional tables read (as ``loaders.load_one``). With worker processes,
+    ``on_loaded`` is called with each Trace as it arrives, while the others load (not without them)."""
     if jobs > 1 and len(files) > 1:
         from .parallel import map_files
 
         return map_files(files, rules=rules, classify=classify, jobs=jobs, tables=tables, progress=progress,
-                         window=window)
+                         window=window, on_loaded=on_loaded)
     return [load(f, rules=rules, classify=classify, tables=tables, progress=progress, window=window) for f in files]
 
 

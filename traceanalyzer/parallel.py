@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -27,9 +27,10 @@ TASKS_PER_WORKER = 16  # runs of files per worker at least, where there are file
 
 def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 2,
               tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
-              window: Window | None = None) -> list[Trace]:
+              window: Window | None = None, on_loaded: Callable[[Trace], None] | None = None) -> list[Trace]:
     """Load ``files`` with up to ``jobs`` worker processes; Traces come back in ``files`` order. ``tables`` limits
-    the optional tables read and ``window`` the activity kept (as ``loaders.load_one``).
+    the optional tables read and ``window`` the activity kept (as ``loaders.load_one``). ``on_loaded`` is called
+    here with each Trace as it arrives (in completion order), so this process works while the workers load.
 
     A file that cannot be used raises its ``BadInputError`` (subclass kept) in the caller, naming that file, as
     soon as it is found. On any error, Ctrl-C included, the files not yet started are cancelled and the workers
@@ -62,8 +63,11 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
                 where = f"{paths[first]}" + (f" (or one of the {also} files after it)" if also else "")
                 raise RuntimeError(f"{where}: a worker process died while loading it (out of memory, or "
                                    "killed); rerun with -j 1 to see the error") from None
-            for i, result in enumerate(results, start=first):
-                out[i] = _unwrap(result, paths[i])
+            loaded = [_unwrap(result, paths[i]) for i, result in enumerate(results, start=first)]
+            out[first:first + len(loaded)] = loaded
+            if on_loaded is not None:
+                for trace in loaded:
+                    on_loaded(trace)
             done += len(results)
             if progress is not None:
                 progress(done, len(paths))

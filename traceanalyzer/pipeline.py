@@ -11,7 +11,7 @@ inside the functions, so that a summary imports them while a forked helper decod
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from .api import load_files, load_many, require_kernels
 from .errors import BadInputError
 from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
-from .stages import LocalTraceWork, analyze_trace, classified_once, reduce_parts
+from .stages import LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -38,9 +38,21 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     from .analysis.summary import SummaryOptions
 
     opts = options or SummaryOptions(**kwargs)
+    return _summarize([traces] if isinstance(traces, Trace) else list(traces), opts, {})
+
+
+def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tuple[Trace, TracePart]]
+               ) -> Summary:
+    """:func:`summarize`, reusing the parts already ``analyzed`` (by ``id`` of their Trace, the Trace kept
+    beside its part) for the Traces that are those very objects."""
     check_layer_pattern(opts.layer_pattern)
-    trace_list = [classified_once(t, opts.rules) for t in ([traces] if isinstance(traces, Trace) else traces)]
-    return reduce_parts([analyze_trace(t, opts) for t in trace_list], opts, LocalTraceWork(trace_list))
+    trace_list = [classified_once(t, opts.rules) for t in traces]
+
+    def part(trace: Trace) -> TracePart:
+        early = analyzed.get(id(trace))
+        return early[1] if early is not None and early[0] is trace else analyze_trace(trace, opts)
+
+    return reduce_parts([part(t) for t in trace_list], opts, LocalTraceWork(trace_list))
 
 
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
@@ -87,26 +99,34 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
                                  window=window, skip=skip)
     if scheduler is not None:
         raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
-                              window=window)
     from .analysis.summary import SummaryOptions
 
-    return summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                            gpu_log=gpu_log, jobs=jobs, findings=findings, extra=extra or {},
-                                            skip=frozenset(skip)))
+    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
+                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
+    # with worker processes, each trace's map step runs here as it arrives, while the workers load the others
+    analyzed: dict[int, tuple[Trace, TracePart]] = {}
+
+    def analyze_loaded(trace: Trace) -> None:
+        analyzed[id(trace)] = (trace, analyze_trace(classified_once(trace, rules), opts))
+
+    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
+                              window=window, on_loaded=analyze_loaded)
+    return _summarize(traces, opts, analyzed)
 
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                      layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
-                     progress: ProgressFn | None = None, window: str | None = None) -> list[Trace]:
+                     progress: ProgressFn | None = None, window: str | None = None,
+                     on_loaded: Callable[[Trace], None] | None = None) -> list[Trace]:
     """``api.load_many`` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
-    has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file."""
+    has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file.
+    ``on_loaded`` as :func:`~traceanalyzer.api.load_files`."""
     from .loaders.beside import meanwhile
 
     check_layer_pattern(layer_pattern)
     with meanwhile(_prepare_summary):
         traces = load_many(list(paths), rules=rules, jobs=jobs, progress=progress, window=window,
-                           tables=SUMMARY_TABLES)
+                           tables=SUMMARY_TABLES, on_loaded=on_loaded)
     require_kernels(traces, paths)
     return traces
 
