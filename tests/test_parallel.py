@@ -90,3 +90,28 @@ def test_workers_classify_like_the_parent(rank_files: list[Path]) -> None:
     for a, b in zip(serial, parallel, strict=True):
         assert list(a.names(a.kernels["bucket_id"])) == list(b.names(b.kernels["bucket_id"]))
     assert "communication" in set(parallel[1].names(parallel[1].kernels["bucket_id"]))
+
+
+def test_on_loaded_sees_every_returned_trace_once(rank_files: list[Path]) -> None:
+    seen: list[Trace] = []
+    parallel = load_many(rank_files, jobs=2, on_loaded=seen.append)
+    assert sorted(map(id, seen)) == sorted(map(id, parallel))
+
+
+def test_summary_analysing_while_loading_matches_one_process(rank_files: list[Path], tmp_path: Path) -> None:
+    """With workers, each trace is analysed as it arrives; the summary is the one of a single process — also when
+    loading replaces a trace afterwards (colliding ranks renumbered: that trace is analysed again)."""
+    from traceanalyzer.pipeline import summarize_paths
+
+    def as_json(paths: list[Path], jobs: int) -> str:
+        return json.dumps(summarize_paths(paths, jobs=jobs).to_json(), sort_keys=True)
+
+    assert as_json(rank_files, 2) == as_json(rank_files, 1)
+    unstated = []  # no rank in the file or its name: both ranks unknown, the loader assigns them in file order
+    for f, name in zip(rank_files, ("a.json", "b.json"), strict=True):
+        doc = json.loads(f.read_text())
+        del doc["distributedInfo"]
+        unstated.append(tmp_path / name)
+        unstated[-1].write_text(json.dumps(doc))
+    assert sorted(d.rank for d in summarize_paths(unstated, jobs=2).devices) == [0, 1]
+    assert as_json(unstated, 2) == as_json(unstated, 1)
