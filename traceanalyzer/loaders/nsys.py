@@ -182,6 +182,9 @@ def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, T
             if name == "api_starts":
                 data = {"start_ns": data["start_ns"], "rank": data["rank"]}
             tables[name] = _table(name, data)
+    for name in ("kernels", "memops"):  # each device's activity a slice of views (analysis.activity.gather)
+        if name in tables:
+            tables[name].group_by_device()
     return tables
 
 
