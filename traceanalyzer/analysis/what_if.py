@@ -141,10 +141,9 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     ev = pd.DataFrame({
         "start_ns": k["start_ns"][comm], "correlation": k["correlation"][comm],
         "launch_bound": host.launch_bound[comm], "latency_ns": _dependency_latency(act, host)[comm],
-        "issue_start_ns": host.issue_start_ns[comm],
-        "issue_end_ns": host.issue_end_ns[comm], "op": host.issue_op[comm], "source": host.issue_source[comm],
-        "call_start_ns": host.call_start_ns[comm], "call_end_ns": host.call_end_ns[comm],
-        "call_op": host.call_op[comm],
+        "issue_start_ns": host.issue_start_ns, "issue_end_ns": host.issue_end_ns, "op": host.issue_op,
+        "source": host.issue_source, "call_start_ns": host.call_start_ns, "call_end_ns": host.call_end_ns,
+        "call_op": host.call_op,
     }).drop_duplicates(["start_ns", "correlation"])
     coll = dev.collectives
     rows = coll[["start_ns", "correlation", "step", "exposed_ns"]].merge(

@@ -162,12 +162,13 @@ def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> n
 
 
 def _table(name: str, data: _Columns) -> Table:
-    """A declared table from loader columns without copying arrays that already have the declared dtype."""
+    """A declared table from loader columns (consumed: each released once converted) without copying arrays that
+    already have the declared dtype."""
     n = len(next(iter(data.values())))
     cols = {}
     for col in TABLES[name]:
         if col.name in data:
-            cols[col.name] = np.asarray(data[col.name], dtype=col.dtype)
+            cols[col.name] = np.asarray(data.pop(col.name), dtype=col.dtype)
         else:
             cols[col.name] = np.full(n, np.nan if col.dtype.startswith("float") else -1, dtype=col.dtype)
     return Table(name, cols)
@@ -175,12 +176,13 @@ def _table(name: str, data: _Columns) -> Table:
 
 def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, Table]:
     tables = {}
-    for name, data in cols.items():
+    for name in list(cols):
+        data = cols.pop(name)  # consumed: each loader column released once its table holds it
         if data:
             if "pid" in data:  # gpu_metrics are per device, not per process
-                data = {**data, "rank": ranks.of(data["pid"])}
+                data["rank"] = ranks.of(data["pid"])
             if name == "api_starts":
-                data = {"start_ns": data["start_ns"], "rank": data["rank"]}
+                data = {"start_ns": data.pop("start_ns"), "rank": data.pop("rank")}
             tables[name] = _table(name, data)
     for name in ("kernels", "memops"):  # each device's activity a slice of views (analysis.activity.gather)
         if name in tables:
