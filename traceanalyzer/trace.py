@@ -115,8 +115,9 @@ class Table:
         order = np.lexsort((self.columns["start_ns"], self.columns["device"], self.columns["rank"]))
         if bool((order[1:] > order[:-1]).all()):
             return
-        for key in list(self.columns):
-            self.columns[key] = self.columns[key][order]
+        for key, values in list(self.columns.items()):
+            if values.strides != (0,):  # a repeated constant (loaders.nsys) is in every order already
+                self.columns[key] = values[order]
 
     def with_columns(self, **new: np.ndarray) -> Table:
         """A copy with columns added or replaced."""
