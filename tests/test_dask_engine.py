@@ -166,3 +166,15 @@ def test_colliding_ranks_are_renumbered_as_locally(cluster: str, tmp_path: Path)
     assert on_dask.stdout == local.stdout
     assert [d["rank"] for d in json.loads(on_dask.stdout)["devices"]] == [0, 1, 2]
     assert "assigned from file order" in on_dask.stdout
+
+
+def test_late_evidence_of_cpu_side_collectives(cluster: str) -> None:
+    """Collective calls without kernels: the what-if finds them, then the findings ask the workers for those
+    devices' calls (the late evidence); the same finding as locally."""
+    ab = REPO / "fixtures" / "kineto" / "ab"
+    files = [str(ab / run / "rank0.json.gz") for run in ("tp1_decode_hostsync_d", "tp1_decode_hostsync_e")]
+    local = _cli("summary", "--json", *files)
+    on_dask = _cli("summary", "--json", "--engine", "dask", "--scheduler", cluster, *files)
+    assert local.returncode == on_dask.returncode == 0, on_dask.stderr
+    assert on_dask.stdout == local.stdout
+    assert "collectives_without_kernels" in [f["id"] for f in json.loads(on_dask.stdout)["findings"]]

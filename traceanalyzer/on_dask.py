@@ -28,7 +28,7 @@ from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, 
 from .errors import BadInputError
 from .loaders import SUMMARY_TABLES, expand_paths, load_one
 from .loaders.limits import Window, parse_window
-from .stages import TracePart, analyze_trace, reduce_parts
+from .stages import TracePart, absorb, analyze_trace, late_evidence, late_wanted, reduce_parts
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -156,6 +156,12 @@ class DaskTraceWork:
         evidence: dict[EvidenceKey, DeviceEvidence] = {}
         for found in self.client.gather(self._submit_evidence()):
             evidence.update(found)
+        wanted = late_wanted(result)
+        late = [self.client.submit(_late_evidence, trace, full, wanted[part.header.path], options, pure=False)
+                for trace, full, part in zip(self.traces, self.full_parts, self.parts, strict=True)
+                if part.header.path in wanted]
+        for found in self.client.gather(late):
+            absorb(evidence, found)
         return run_findings([], result, options, evidence=evidence)
 
 
@@ -180,6 +186,11 @@ def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any], with_ran
     from .analysis.what_if import trace_comm_costs
 
     return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range)
+
+
+def _late_evidence(trace: Trace, part: TracePart, wanted: set[tuple[int, int]], options: SummaryOptions
+                   ) -> dict[EvidenceKey, DeviceEvidence]:
+    return late_evidence(trace, part.devices, wanted, options)
 
 
 def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, DeviceEvidence]:

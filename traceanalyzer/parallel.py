@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from .loaders.limits import Window
 from .trace import Trace
 
 PathLike = str | Path
+MAX_FILES_PER_TASK = 32  # files loaded by one worker task at most
+TASKS_PER_WORKER = 16  # runs of files per worker at least, where there are files enough
 
 
 def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, classify: bool = True, jobs: int = 2,
@@ -38,25 +40,33 @@ def map_files(files: Sequence[PathLike], *, rules: PathLike | None = None, class
     if not paths:
         return []
     out: list[Trace | None] = [None] * len(paths)
+    # files go to the workers in runs of consecutive ones (fewer tasks for many small files), small enough that
+    # every worker gets many runs
+    size = max(1, min(MAX_FILES_PER_TASK, len(paths) // (workers * TASKS_PER_WORKER)))
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
     try:
         futures: dict[Future[Any], int] = {
-            pool.submit(_load_in_worker, str(p), None if rules is None else str(rules), classify, tables, window): i
-            for i, p in enumerate(paths)
+            pool.submit(_load_run_in_worker, [str(p) for p in paths[i:i + size]],
+                        None if rules is None else str(rules), classify, tables, window): i
+            for i in range(0, len(paths), size)
         }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)  # a bad file stops the rest at once
-            for fut in done:
-                i = futures[fut]
-                try:
-                    result = fut.result()
-                except BrokenProcessPool:
-                    raise RuntimeError(f"{paths[i]}: a worker process died while loading it (out of memory, or "
-                                       "killed); rerun with -j 1 to see the error") from None
+        # each run as it completes (a bad file stops the rest at once); one waiter for all futures, not one per
+        # future per completion, so the parent's cost stays linear in the number of files
+        done = 0
+        for fut in as_completed(futures):
+            first = futures[fut]
+            try:
+                results = fut.result()
+            except BrokenProcessPool:
+                also = min(size, len(paths) - first) - 1
+                where = f"{paths[first]}" + (f" (or one of the {also} files after it)" if also else "")
+                raise RuntimeError(f"{where}: a worker process died while loading it (out of memory, or "
+                                   "killed); rerun with -j 1 to see the error") from None
+            for i, result in enumerate(results, start=first):
                 out[i] = _unwrap(result, paths[i])
+            done += len(results)
             if progress is not None:
-                progress(len(paths) - len(pending), len(paths))
+                progress(done, len(paths))
     except BaseException:  # bad input, Ctrl-C, a dead worker: no worker may outlive this call
         stop_workers(pool)
         raise
@@ -107,6 +117,17 @@ def _load_in_worker(path: str, rules: str | None, classify: bool,
         return "bad_input", (type(exc).__name__, exc.path, exc.problem, exc.hint)
     except Exception as exc:  # an internal failure: reported in the parent with the file name
         return "internal", (type(exc).__name__, str(exc))
+
+
+def _load_run_in_worker(paths: list[str], rules: str | None, classify: bool,
+                        tables: frozenset[str] | None, window: Window | None = None) -> list[tuple[str, Any]]:
+    """Worker side of a run of files: :func:`_load_in_worker` of each, up to and including the first failure."""
+    results = []
+    for path in paths:
+        results.append(_load_in_worker(path, rules, classify, tables, window))
+        if results[-1][0] != "ok":
+            break
+    return results
 
 
 def _unwrap(result: tuple[str, Any], path: Path) -> Trace:

@@ -186,7 +186,8 @@ class Trace:
 
     def __post_init__(self) -> None:
         for name in TABLES:
-            self.tables.setdefault(name, Table.empty(name))
+            if name not in self.tables:  # an empty table only where one is missing (not built and thrown away)
+                self.tables[name] = Table.empty(name)
 
     def header(self) -> TraceHeader:
         """The trace's identity without its tables."""

@@ -62,9 +62,11 @@ def _kinds(pool: list[str], sub_ids: np.ndarray, name_ids: np.ndarray) -> np.nda
     """``kind_of`` per row, evaluated once per distinct (subbucket, name) pair."""
     if len(name_ids) == 0:
         return np.empty(0, dtype=object)
-    pairs, inverse = np.unique(np.c_[sub_ids, name_ids].astype(np.int64), axis=0, return_inverse=True)
-    kinds = np.array([kind_of(pool[s] if s >= 0 else None, pool[n] if n >= 0 else None) for s, n in pairs],
-                     dtype=object)
+    sub, name = np.asarray(sub_ids, dtype=np.int64), np.asarray(name_ids, dtype=np.int64)
+    # one int64 per (subbucket, name) pair of string ids (each ≥ -1 and below 2^31)
+    _, first, inverse = np.unique(((sub + 1) << 32) | (name + 1), return_index=True, return_inverse=True)
+    kinds = np.array([kind_of(pool[s] if s >= 0 else None, pool[n] if n >= 0 else None)
+                      for s, n in zip(sub[first].tolist(), name[first].tolist(), strict=True)], dtype=object)
     return kinds[inverse.ravel()]
 
 
@@ -147,18 +149,23 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     step_row = iv.window_of(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
     step_ids = steps["step"].to_numpy()
     names = act.trace.names(cols["name_id"])
-    df = pd.DataFrame({
+    # ordinal: the instance's place among those of its kind, in start order
+    kind_code = pd.factorize(cols["kind"])[0]
+    by_kind = np.argsort(kind_code, kind="stable")
+    first = np.flatnonzero(np.r_[True, kind_code[by_kind][1:] != kind_code[by_kind][:-1]]) if len(by_kind) \
+        else by_kind
+    ordinal = np.empty(len(by_kind), dtype=np.int64)
+    ordinal[by_kind] = np.arange(len(by_kind)) - np.repeat(first, np.diff(np.r_[first, len(by_kind)]))
+    return pd.DataFrame({
         "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
         "kind": cols["kind"], "subbucket": act.trace.names(cols["sub_id"]), "stream": cols["stream"],
         "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
-        "layer": cols["layer"].astype(np.int64), "ordinal": 0, "seq": cols["seq"].astype(np.int64),
+        "layer": cols["layer"].astype(np.int64), "ordinal": ordinal, "seq": cols["seq"].astype(np.int64),
         "bytes": cols["bytes"].astype(np.int64), "dtype": act.trace.names(cols["dtype_id"]),
         "group_size": cols["group_size"].astype(np.int64), "exposed_ns": (end - start) - hidden,
         "hidden_ns": hidden, "compute_beside_ns": hidden, "correlation": cols["correlation"].astype(np.int64),
         "external_id": cols["external_id"].astype(np.int64), "source": cols["source"],
     }, columns=COLUMNS)
-    df["ordinal"] = df.groupby("kind", sort=False).cumcount().astype(np.int64)
-    return df
 
 
 def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataFrame | None,

@@ -60,28 +60,50 @@ def _clock_offsets(traces: Sequence[Trace | TraceHeader], parts: list[DeviceSumm
     return {p: int(b) for p, b in bases.items() if b is not None}
 
 
+def _cumcount(codes: np.ndarray) -> np.ndarray:
+    """0-based place of each element among the equal codes before it."""
+    order = np.argsort(codes, kind="stable")
+    first = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]]) if len(order) else order
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    return out
+
+
 def _ordinals(df: pd.DataFrame, by: list[str]) -> np.ndarray:
     """0-based order of each row within its group, rows taken in start-time order."""
-    order = df.sort_values("start_ns", kind="stable")
-    return order.groupby(by, sort=False).cumcount().reindex(df.index).to_numpy(np.int64)
+    return _ordinals_of(df["start_ns"].to_numpy(), [df[k].to_numpy() for k in by])
+
+
+def _ordinals_of(start: np.ndarray, by: list[np.ndarray]) -> np.ndarray:
+    """:func:`_ordinals` of columns: the group of a row is its values in ``by``."""
+    codes = np.zeros(len(start), dtype=np.int64)
+    for column in by:
+        part, uniques = pd.factorize(column, use_na_sentinel=False)
+        codes = codes * max(len(uniques), 1) + part
+    order = np.argsort(start, kind="stable")
+    out = np.empty(len(start), dtype=np.int64)
+    out[order] = _cumcount(codes[order])
+    return out
 
 
 def _prepare(dev: DeviceSummary, offset: int | None) -> pd.DataFrame:
     c = dev.collectives
-    out = pd.DataFrame({
-        "kind": c["kind"].astype(str).to_numpy() if "kind" in c else np.full(len(c), "unknown"),
-        "start_ns": c["start_ns"].to_numpy(np.int64),
+    n = len(c)
+    kind = c["kind"].astype(str).to_numpy() if "kind" in c else np.full(n, "unknown")
+    start = c["start_ns"].to_numpy(np.int64)
+
+    def column(name: str) -> np.ndarray:
+        return c[name].to_numpy(np.int64) if name in c else np.full(n, -1, np.int64)
+
+    step = column("step")
+    return pd.DataFrame({
+        "kind": kind, "start_ns": start,
         "duration_ns": c["duration_ns"].to_numpy(np.int64) if "duration_ns" in c
         else (c["end_ns"] - c["start_ns"]).to_numpy(np.int64),
-        "step": c["step"].to_numpy(np.int64) if "step" in c else np.full(len(c), -1, np.int64),
-        "seq": c["seq"].to_numpy(np.int64) if "seq" in c else np.full(len(c), -1, np.int64),
-        "bytes": c["bytes"].to_numpy(np.int64) if "bytes" in c else np.full(len(c), -1, np.int64),
-        "group_size": c["group_size"].to_numpy(np.int64) if "group_size" in c else np.full(len(c), -1, np.int64),
+        "step": step, "seq": column("seq"), "bytes": column("bytes"), "group_size": column("group_size"),
+        "clock_ns": start + offset if offset is not None else np.full(n, -1, np.int64),
+        "ordinal": _ordinals_of(start, [kind]), "step_ordinal": _ordinals_of(start, [kind, step]),
     })
-    out["clock_ns"] = out["start_ns"] + offset if offset is not None else -1
-    out["ordinal"] = _ordinals(out, ["kind"])
-    out["step_ordinal"] = _ordinals(out, ["kind", "step"])
-    return out
 
 
 def _start_order_positions(frame: pd.DataFrame, shift: int = 0) -> np.ndarray:
@@ -95,12 +117,15 @@ def _best_shift(ref: pd.DataFrame, other: pd.DataFrame, comparable: bool) -> int
     """Shift ``s`` such that ``other``'s row ``i + s`` (start order) is ``ref``'s row ``i``: most (kind, bytes)
     agreements over the first ``ALIGN_SAMPLE`` rows, then the closest start times (comparable clocks), then the
     smallest ``|s|``."""
-    ref = ref.sort_values("start_ns", kind="stable")
-    other = other.sort_values("start_ns", kind="stable")
-    codes = pd.factorize(pd.concat([ref["kind"] + ":" + ref["bytes"].astype(str),
-                                    other["kind"] + ":" + other["bytes"].astype(str)]))[0]
+    ref_order = np.argsort(ref["start_ns"].to_numpy(), kind="stable")
+    other_order = np.argsort(other["start_ns"].to_numpy(), kind="stable")
+    # one code per (kind, bytes) pair, equal across the two ranks for equal pairs
+    kinds, _ = pd.factorize(np.concatenate([ref["kind"].to_numpy()[ref_order], other["kind"].to_numpy()[other_order]]))
+    sizes, distinct_sizes = pd.factorize(np.concatenate([ref["bytes"].to_numpy()[ref_order],
+                                                         other["bytes"].to_numpy()[other_order]]))
+    codes = kinds.astype(np.int64) * max(len(distinct_sizes), 1) + sizes
     a, b = codes[: min(len(ref), ALIGN_SAMPLE)], codes[len(ref):]
-    a_t, b_t = ref["clock_ns"].to_numpy()[: len(a)], other["clock_ns"].to_numpy()
+    a_t, b_t = ref["clock_ns"].to_numpy()[ref_order][: len(a)], other["clock_ns"].to_numpy()[other_order]
     shifts = np.arange(max(-(len(a) - 1), -MAX_OFFSET_SEARCH), min(len(b) - 1, MAX_OFFSET_SEARCH) + 1)
     if len(shifts) == 0:
         return 0
@@ -127,10 +152,21 @@ def _keys(frames: list[pd.DataFrame], comparable: bool, named_steps: bool
     steps = [set(f.loc[f["step"] >= 0, "step"].tolist()) for f in frames]
     if named_steps and all(steps) and set.intersection(*steps):
         return [f[f["step"] >= 0] for f in frames], ["kind", "step", "step_ordinal"], "step+ordinal"
-    out = [frames[0].assign(aligned=_start_order_positions(frames[0]))]
-    for f in frames[1:]:
-        out.append(f.assign(aligned=_start_order_positions(f, _best_shift(frames[0], f, comparable))))
-    return out, ["kind", "aligned"], "ordinal+offset"
+    shifts = [0] + [_best_shift(frames[0], f, comparable) for f in frames[1:]]
+    for f, shift in zip(frames, shifts, strict=True):  # the frames are this module's own (_prepare)
+        f["aligned"] = _start_order_positions(f, shift)
+    return frames, ["kind", "aligned"], "ordinal+offset"
+
+
+def _first_of_each_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``frame.drop_duplicates(subset=keys)``: the first row of each key, in frame order (the frame itself when
+    every key is distinct)."""
+    codes = np.zeros(len(frame), dtype=np.int64)
+    for key in keys:
+        part, uniques = pd.factorize(frame[key].to_numpy(), use_na_sentinel=False)
+        codes = pd.factorize(codes * max(len(uniques), 1) + part)[0].astype(np.int64)
+    first = np.unique(codes, return_index=True)[1]
+    return frame if len(first) == len(frame) else frame.iloc[np.sort(first)]
 
 
 def _shared_codes(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray]:
@@ -150,7 +186,7 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
     frames = [_prepare(d, None if clocks is None else clocks.get(d.trace)) for d in devices]
     named = all(d.step_source.startswith(NAMED_STEP_SOURCES) for d in devices)
     frames, keys, method = _keys(frames, clocks is not None, named)
-    frames = [f.drop_duplicates(subset=keys) for f in frames]
+    frames = [_first_of_each_key(f, keys) for f in frames]
     codes = _shared_codes(frames, keys)
     n_codes = int(max((c.max() for c in codes if len(c)), default=-1)) + 1
     ranks_with = np.zeros(n_codes, dtype=np.int64)

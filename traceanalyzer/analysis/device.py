@@ -67,6 +67,18 @@ def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[s
     return out
 
 
+def _group_quantile(values: np.ndarray, first: np.ndarray, q: float) -> np.ndarray:
+    """Quantile ``q`` of each run ``values[first[i]:first[i + 1]]`` (each run sorted), interpolated linearly as
+    pandas' group-by quantile does: ``v[i] + (v[i + 1] - v[i]) * frac``."""
+    size = np.diff(np.r_[first, len(values)])
+    pos = q * (size - 1).astype(np.float64)
+    below = first + pos.astype(np.int64)
+    frac = pos % 1
+    above = np.minimum(below + 1, len(values) - 1)
+    low = values[below]
+    return np.where(frac == 0.0, low.astype(np.float64), low + (values[above] - low) * frac)
+
+
 def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataFrame:
     """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule; of the
     kernels ``rows`` (a boolean mask) when given, else of all. ``display_name`` is the name demangled where the
@@ -76,25 +88,31 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
     k = k if rows is None else k.take(np.flatnonzero(rows))
     if len(k) == 0:
         return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
-    frame = pd.DataFrame({"name_id": k["name_id"], "dur": k["end_ns"] - k["start_ns"]})
-    by = frame.groupby("name_id", sort=False)["dur"]
-    stats = pd.DataFrame({"count": by.size(), "total_ns": by.sum(), "mean_ns": by.mean(),
-                          "p50_ns": by.quantile(0.5), "p99_ns": by.quantile(0.99)})
-    first = frame.reset_index().groupby("name_id", sort=False)["index"].first()
-    ids = stats.index.to_numpy()
-    rows = first.loc[ids].to_numpy()
+    name_id = np.asarray(k["name_id"])
+    dur = np.asarray(k["end_ns"] - k["start_ns"], dtype=np.int64)
+    ids, first_row, which = np.unique(name_id, return_index=True, return_inverse=True)
+    order = np.lexsort((dur, which.ravel()))  # by name, then duration
+    first = np.flatnonzero(np.r_[True, which.ravel()[order][1:] != which.ravel()[order][:-1]])
+    by_dur = dur[order]
+    count = np.diff(np.r_[first, len(order)]).astype(np.int64)
+    total = np.add.reduceat(by_dur, first).astype(np.int64)
+    p50, p99 = _group_quantile(by_dur, first, 0.5), _group_quantile(by_dur, first, 0.99)
     trace = act.trace
+    names = trace.names(ids)
+    # rows in order of each name's first kernel, then by total time (descending) and name, as a stable sort
+    rank = sorted(np.argsort(first_row, kind="stable").tolist(),
+                  key=lambda i: (-int(total[i]), names[i] is None, names[i] or ""))
+    sel = np.asarray(rank, dtype=np.int64)
+    at = first_row[sel]
 
     def column(name: str) -> np.ndarray:
-        return trace.names(k[name][rows]) if name in k else np.full(len(rows), None, dtype=object)
+        return trace.names(k[name][at]) if name in k else np.full(len(at), None, dtype=object)
 
-    out = pd.DataFrame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
-                        "name": trace.names(ids), "display_name": display_names(trace.names(ids).tolist()),
-                        "rule": column("rule_id"),
-                        "count": stats["count"].to_numpy(np.int64), "total_ns": stats["total_ns"].to_numpy(np.int64),
-                        "mean_ns": stats["mean_ns"].to_numpy(), "p50_ns": stats["p50_ns"].to_numpy(),
-                        "p99_ns": stats["p99_ns"].to_numpy()}, columns=TOP_KERNEL_COLUMNS)
-    return out.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    return pd.DataFrame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
+                         "name": names[sel], "display_name": display_names(names[sel].tolist()),
+                         "rule": column("rule_id"), "count": count[sel], "total_ns": total[sel],
+                         "mean_ns": total[sel] / count[sel], "p50_ns": p50[sel], "p99_ns": p99[sel]},
+                        columns=TOP_KERNEL_COLUMNS)
 
 
 def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals],
@@ -102,14 +120,12 @@ def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.
     """Per step window: busy/idle, comm hidden/exposed and bucket unions inside the window."""
     ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     busy = iv.measure_within(act.busy, ws, we)
-    table = pd.DataFrame({
+    return pd.DataFrame({
         "step": steps["step"].to_numpy(np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
         "busy_ns": busy, "idle_ns": (we - ws) - busy, "comm_ns": iv.measure_within(act.comm, ws, we),
         "comm_hidden_ns": iv.measure_within(hidden, ws, we), "comm_exposed_ns": iv.measure_within(exposed, ws, we),
+        **{f"{bucket}_ns": iv.measure_within(u, ws, we) for bucket, u in sorted(sets.items())},
     })
-    for bucket, u in sorted(sets.items()):
-        table[f"{bucket}_ns"] = iv.measure_within(u, ws, we)
-    return table
 
 
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
@@ -142,22 +158,28 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
     """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
     window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
     starting inside a step, each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``;
-    without ``whole_top`` (None) the table is empty."""
+    without ``whole_top`` (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's
+    kernels (the steps' own table when every kernel starts inside a step)."""
     if whole_top is None and not numbers:
         return {}, pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
-    top = pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     if whole_top is not None:
-        top = top_kernels(act, inside)
-        whole = whole_top.set_index("name")["total_ns"] if len(whole_top) else pd.Series(dtype=np.int64)
-        top["window_total_ns"] = top["name"].map(whole).fillna(0).astype(np.int64).to_numpy() if len(top) else []
+        top = whole_top.copy() if inside.all() else top_kernels(act, inside)
+        whole = dict(zip(whole_top["name"].tolist(), whole_top["total_ns"].tolist(), strict=True))
+        top["window_total_ns"] = np.array([whole.get(n, 0) for n in top["name"].tolist()], dtype=np.int64) \
+            if len(top) else []
+    else:
+        top = pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     if not numbers:
         return {}, top
     window_ns = iv.lengths_sum(windows)
-    busy = iv.intersect(act.busy, windows)
+    # one window over the whole span (no steps found, or one step) leaves every union of the device whole
+    whole_span = len(windows[0]) == 1 and (int(windows[0][0]), int(windows[1][0])) == act.span
+    busy = act.busy if whole_span else iv.intersect(act.busy, windows)
     busy_ns = iv.lengths_sum(busy)
-    exclusive = _exclusive(busy, {b: iv.intersect(u, windows) for b, u in sets.items()}, order)
+    exclusive = _exclusive(busy, sets if whole_span else {b: iv.intersect(u, windows) for b, u in sets.items()},
+                           order)
     return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
             "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
             "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top

@@ -99,19 +99,19 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     issuing range inside the call: its issue reading), ``launches_comm`` (it launches a communication kernel) and
     ``before_ns`` / ``after_ns``: GPU start of the last kernel launched before the call on its thread and of the
     first launched after it (-1 when none)."""
-    cols = {c: pd.Series(dtype=np.int64) for c in ("start_ns", "end_ns", "thread", "issue_ns", "before_ns",
-                                                  "after_ns")}
-    empty = pd.DataFrame({**cols, "name": pd.Series(dtype=object), "kind": pd.Series(dtype=object),
-                          "launches_comm": pd.Series(dtype=bool)})
+    none = np.empty(0, dtype=np.int64)
+    empty = {**{c: none for c in ("start_ns", "end_ns", "thread", "issue_ns", "before_ns", "after_ns")},
+             "name": np.empty(0, dtype=object), "kind": np.empty(0, dtype=object),
+             "launches_comm": np.empty(0, dtype=bool)}
     linked = act.launch_row >= 0
     s, e, thread, name = issue_ranges(trace, act.pids, with_names=True)
     if len(s) == 0 or not linked.any():
-        return empty
+        return pd.DataFrame(empty)
     k_thread = thread_key(act.launch_pid[linked], act.launch_tid[linked])
     keep = np.isin(thread, k_thread)
     s, e, thread, name = s[keep], e[keep], thread[keep], name[keep]
     if len(s) == 0:
-        return empty
+        return pd.DataFrame(empty)
     _, lane = np.unique(np.r_[thread, k_thread], return_inverse=True)
     lane = lane.ravel()
     launch = act.launch_ns[linked]
@@ -368,9 +368,13 @@ def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame
     """:func:`host_only_collectives` inside steps, with their ``step``: a call counts in a step when the kernels
     launched just before and just after it (same thread) both run in a step window (so calls during warm-up or
     CUDA-graph capture do not); the step is the later kernel's. ``calls``: :func:`collective_calls` if at hand."""
-    calls = host_only_collectives(trace, act) if calls is None else \
-        calls[~calls["launches_comm"].astype(bool)].reset_index(drop=True)
-    if not len(calls) or not len(per_step):
+    if calls is None:
+        calls = host_only_collectives(trace, act)
+    elif len(calls):
+        calls = calls[~calls["launches_comm"].astype(bool)].reset_index(drop=True)
+    if not len(calls):
+        return calls.assign(step=np.empty(0, dtype=np.int64))
+    if not len(per_step):
         return calls.assign(step=pd.Series(dtype=np.int64))
     order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
     ws, we = per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order]

@@ -77,7 +77,8 @@ class Layers:
 
 
 def _empty(act: DeviceActivity) -> Layers:
-    return Layers(pd.DataFrame(columns=LAYER_COLUMNS), np.full(len(act.kernels), -1, dtype=np.int64), "none")
+    table = pd.DataFrame({c: np.empty(0, dtype=object) for c in LAYER_COLUMNS})  # as DataFrame(columns=...)
+    return Layers(table, np.full(len(act.kernels), -1, dtype=np.int64), "none")
 
 
 def _layer_index(names: np.ndarray) -> np.ndarray:
@@ -87,6 +88,8 @@ def _layer_index(names: np.ndarray) -> np.ndarray:
 
 
 def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.ndarray] | None:
+    if len(act.trace.ranges) == 0:
+        return None
     ranges = ranges_named(act, pattern=re.compile(pattern), kinds=("nvtx", "user_annotation",
                                                                    "gpu_user_annotation"))
     if len(ranges) == 0:

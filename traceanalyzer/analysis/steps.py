@@ -258,13 +258,14 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
     found: pd.DataFrame | None = None
     confidence = "high"
     evidence: dict[str, Any] = {}
-    if step_range:
+    annotated = len(act.trace.ranges) > 0  # every source before detection reads the trace's ranges
+    if step_range and annotated:
         found = _named_steps(act, ranges_named(act, name=step_range), f"nvtx:{step_range}")
-    if found is None:
+    if found is None and annotated:
         found = _profiler_steps(act)
-    if found is None and not step_range:
+    if found is None and not step_range and annotated:
         found = _well_known_steps(act)
-    if found is None and layer_pattern:
+    if found is None and layer_pattern and annotated:
         cycles = _layer_cycle_steps(act, layer_pattern)
         if cycles is not None:
             found, evidence = cycles
@@ -279,10 +280,13 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
         confidence, evidence = "low", {"method": "none", "reason": "no step annotation and no regular repeating "
                                        "unit holding half of the kernel time"}
     # inside the device span: Kineto's µs-float GPU annotations can reach 1 ns beyond the first/last kernel
-    found = found.assign(start_ns=found["start_ns"].clip(lower=lo), end_ns=found["end_ns"].clip(upper=hi))
-    found = found[found["end_ns"] > found["start_ns"]].reset_index(drop=True)
-    source = str(found["source"].iloc[0]) if len(found) else "none"
-    return StepStructure(found, source, confidence, evidence)
+    given_start, given_end = found["start_ns"].to_numpy(np.int64), found["end_ns"].to_numpy(np.int64)
+    start, end = np.maximum(given_start, lo), np.minimum(given_end, hi)
+    keep = end > start
+    source = str(found["source"].iloc[0])  # one source per frame
+    if not (keep.all() and np.array_equal(start, given_start) and np.array_equal(end, given_end)):
+        found = _frame(found["step"].to_numpy(np.int64)[keep], start[keep], end[keep], source)
+    return StepStructure(found, source if len(found) else "none", confidence, evidence)
 
 
 def step_windows(act: DeviceActivity, step_range: str | None = None) -> pd.DataFrame:

@@ -47,11 +47,7 @@ from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
-from .what_if_range import (
-    step_range,
-    upper_readings,
-    weigh_profiler,
-)
+from .what_if_range import profiler_weighing, step_range, upper_bounds
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
@@ -59,7 +55,7 @@ OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transf
 #: One rank's what-if inputs: per step its own communication cost and parts (ns), and its evidence.
 RankCosts = tuple[pd.DataFrame, dict[str, Any]]
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
-
+Columns = dict[str, np.ndarray]  # a table as named numpy columns of one length
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -128,130 +124,195 @@ def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> pd.Dat
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
     per = cross_rank.per_collective
-    return pd.DataFrame({"start_ns": per[f"start_ns_r{rank}"].to_numpy(np.int64),
-                         "transfer_ns": per["transfer_ns"].to_numpy(np.int64),
-                         "wait_ns": per[f"wait_ns_r{rank}"].to_numpy(np.int64)}).drop_duplicates("start_ns")
+    start = per[f"start_ns_r{rank}"].to_numpy(np.int64)
+    first = np.sort(np.unique(start, return_index=True)[1])  # the first row of each start, in table order
+    return pd.DataFrame({"start_ns": start[first], "transfer_ns": per["transfer_ns"].to_numpy(np.int64)[first],
+                         "wait_ns": per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first]})
+
+
+def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
+    """For each row of ``left`` (parallel key arrays), the first row of ``right`` with equal keys, -1 if none: a
+    left merge on keys where the right side keeps its first duplicate."""
+    n_left, n_right = len(left[0]), len(right[0])
+    if n_left == 0 or n_right == 0:
+        return np.full(n_left, -1, dtype=np.int64)
+    keys = [np.r_[np.asarray(r, dtype=np.int64), np.asarray(lf, dtype=np.int64)]
+            for lf, r in zip(left, right, strict=True)]
+    order, first = _runs_of(*keys[::-1])  # stable: the right rows come first within a run of equal keys
+    run = np.zeros(len(order), dtype=np.int64)
+    run[first] = 1
+    owner = np.empty(len(order), dtype=np.int64)
+    owner[order] = order[first][np.cumsum(run) - 1]
+    found = owner[n_right:]
+    return np.where(found < n_right, found, -1)
 
 
 def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
-               matched: pd.DataFrame | None) -> pd.DataFrame:
-    """The device's collectives with their host evidence, transfer and wait (one row per instance)."""
-    comm = act.kernel_is_comm
+               matched: pd.DataFrame | None) -> Columns:
+    """The device's collectives with their host evidence, transfer and wait (one row per instance); the host
+    columns are -1 (``source`` "none") where an instance is no kernel of the device (a peer copy)."""
+    comm = np.flatnonzero(act.kernel_is_comm)
     k = act.kernels
-    ev = pd.DataFrame({
-        "start_ns": k["start_ns"][comm], "correlation": k["correlation"][comm],
-        "launch_bound": host.launch_bound[comm], "latency_ns": _dependency_latency(act, host)[comm],
-        "issue_start_ns": host.issue_start_ns, "issue_end_ns": host.issue_end_ns, "op": host.issue_op,
-        "source": host.issue_source, "call_start_ns": host.call_start_ns, "call_end_ns": host.call_end_ns,
-        "call_op": host.call_op,
-    }).drop_duplicates(["start_ns", "correlation"])
     coll = dev.collectives
-    rows = coll[["start_ns", "correlation", "step", "exposed_ns"]].merge(
-        ev, on=["start_ns", "correlation"], how="left")
-    rows["kind"] = coll["kind"].astype(str).to_numpy() if "kind" in coll else ""
-    rows["exposed_ns"] = rows["exposed_ns"].astype(np.int64)
-    own = _own_transfer(coll)
-    if matched is not None:
-        rows = rows.merge(matched, on="start_ns", how="left")
-        unmatched = rows["transfer_ns"].isna().to_numpy()
-        rows["transfer_ns"] = np.where(unmatched, own, rows["transfer_ns"].fillna(0)).astype(np.int64)
-        rows["wait_ns"] = np.where(unmatched, coll["duration_ns"].to_numpy(np.int64) - own,
-                                   rows["wait_ns"].fillna(0)).astype(np.int64)
-    else:
-        rows["transfer_ns"] = own
-        rows["wait_ns"] = coll["duration_ns"].to_numpy(np.int64) - own
-    rows["op"] = rows["op"].fillna(-1).astype(np.int64)
-    rows["call_op"] = rows["call_op"].fillna(-1).astype(np.int64)
-    rows["launch_bound"] = rows["launch_bound"].fillna(False).astype(bool)
-    rows["latency_ns"] = rows["latency_ns"].fillna(0).astype(np.int64)
-    rows["source"] = rows["source"].fillna("none")
-    return rows
+    start = coll["start_ns"].to_numpy(np.int64)
+    ev = _first_match((start, coll["correlation"].to_numpy(np.int64)),
+                      (k["start_ns"][comm], k["correlation"][comm]))
+    has_ev = ev >= 0
+    row = comm[np.maximum(ev, 0)] if len(comm) else np.zeros(len(ev), dtype=np.int64)
+
+    def of_kernel(values: np.ndarray, missing: Any) -> np.ndarray:  # values per kernel of the device
+        return np.where(has_ev, values[row], missing) if len(values) else np.full(len(ev), missing)
+
+    def of_comm(values: np.ndarray, missing: Any) -> np.ndarray:  # values per communication kernel (host_evidence)
+        return np.where(has_ev, values[np.maximum(ev, 0)], missing) if len(values) else np.full(len(ev), missing)
+
+    # transfer and wait: from the cross-rank match, else from this rank alone (computed only when needed)
+    hit = np.zeros(len(start), dtype=bool)
+    transfer = wait = np.zeros(len(start), dtype=np.int64)
+    if matched is not None and len(start) and len(matched):
+        m_start = matched["start_ns"].to_numpy(np.int64)  # unique
+        by_start = np.argsort(m_start, kind="stable")
+        pos = np.minimum(np.searchsorted(m_start[by_start], start), len(m_start) - 1)
+        hit = m_start[by_start][pos] == start
+        transfer = matched["transfer_ns"].to_numpy(np.int64)[by_start[pos]]
+        wait = matched["wait_ns"].to_numpy(np.int64)[by_start[pos]]
+    if not hit.all():
+        own = _own_transfer(coll)
+        transfer = np.where(hit, transfer, own)
+        wait = np.where(hit, wait, coll["duration_ns"].to_numpy(np.int64) - own)
+    return {
+        "start_ns": start,
+        "step": coll["step"].to_numpy(np.int64), "exposed_ns": coll["exposed_ns"].to_numpy(np.int64),
+        "launch_bound": of_kernel(host.launch_bound, False).astype(bool),
+        "latency_ns": of_kernel(_dependency_latency(act, host), 0).astype(np.int64),
+        "issue_start_ns": of_comm(host.issue_start_ns, -1).astype(np.int64),
+        "issue_end_ns": of_comm(host.issue_end_ns, -1).astype(np.int64),
+        "op": of_comm(host.issue_op, -1).astype(np.int64),
+        "source": of_comm(host.issue_source.astype(object), "none").astype(object),
+        "call_start_ns": of_comm(host.call_start_ns, -1).astype(np.int64),
+        "call_end_ns": of_comm(host.call_end_ns, -1).astype(np.int64),
+        "call_op": of_comm(host.call_op, -1).astype(np.int64),
+        "kind": coll["kind"].astype(str).to_numpy() if "kind" in coll else np.full(len(start), ""),
+        "transfer_ns": transfer.astype(np.int64), "wait_ns": wait.astype(np.int64),
+    }
 
 
-def _host_only_rows(calls: pd.DataFrame, first_id: int) -> pd.DataFrame:
+def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
     """Rows like :func:`_instances`' for collective calls that launched no kernel (CPU-side collectives): host time
     only — the issue reading is the shortest issuing range inside the call, the whole call its outermost range."""
     n = len(calls)
     ids = first_id + np.arange(n, dtype=np.int64)
     end = calls["end_ns"].to_numpy(np.int64)
     zero = np.zeros(n, dtype=np.int64)
-    return pd.DataFrame({
+    return {
         "start_ns": calls["start_ns"].to_numpy(np.int64), "step": calls["step"].to_numpy(np.int64),
         "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero,
         "issue_start_ns": end - calls["issue_ns"].to_numpy(np.int64), "issue_end_ns": end, "op": ids,
-        "source": "cpu_op", "call_start_ns": calls["start_ns"].to_numpy(np.int64), "call_end_ns": end,
-        "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero, "wait_ns": zero})
+        "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": calls["start_ns"].to_numpy(np.int64),
+        "call_end_ns": end, "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero,
+        "wait_ns": zero}
 
 
 def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
     """Transfer time of each instance from this rank alone: the 10th percentile of the durations of the same
     collective (kind, size, kernel) — its fastest instances are those where this rank arrived last."""
+    dur = coll["duration_ns"].to_numpy(np.int64)
     if len(coll) == 0:
         return np.zeros(0, dtype=np.int64)
-    keys = [c for c in ("kind", "bytes", "name") if c in coll]
-    dur = coll["duration_ns"].astype(np.int64)
-    fast = dur.groupby([coll[k].astype(str) for k in keys]).transform(lambda d: d.quantile(OWN_TRANSFER_Q))
-    return np.minimum(fast.to_numpy(), dur.to_numpy()).astype(np.int64)
+    codes = [pd.factorize(coll[k].to_numpy())[0] for k in ("kind", "bytes", "name") if k in coll]
+    order, first = _runs_of(*codes) if codes else (np.arange(len(dur)), np.zeros(1, dtype=np.int64))
+    fast = np.empty(len(dur), dtype=np.float64)
+    for lo, hi in zip(first.tolist(), [*first[1:].tolist(), len(order)], strict=True):
+        members = order[lo:hi]
+        fast[members] = np.quantile(dur[members], OWN_TRANSFER_Q)
+    return np.minimum(fast, dur).astype(np.int64)
 
 
-def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: pd.Series) -> np.ndarray:
+def _runs_of(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row order sorting by ``keys`` (the last one major, as ``np.lexsort``) and where each run of equal keys
+    starts in that order: a sorted group-by in numpy."""
+    order = np.lexsort(keys)
+    change = np.zeros(len(order), dtype=bool)
+    if len(order):
+        change[0] = True
+        for key in keys:
+            ordered = key[order]
+            change[1:] |= ordered[1:] != ordered[:-1]
+    return order, np.flatnonzero(change)
+
+
+def _issue_capped(issue: np.ndarray, counted: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """Issue time of each call, at most ``ISSUE_OUTLIER`` × the median counted call of the same collective kind:
     a call far longer than its kind's usual one was held up (preemption, the profiler flushing a buffer), and
     that time would have been lost wherever it fell."""
-    usual = pd.Series(np.where(counted, issue, np.nan)).groupby(kind.to_numpy()).transform("median")
-    cap = usual.fillna(np.inf).to_numpy() * ISSUE_OUTLIER
+    cap = np.full(len(issue), np.inf)
+    kinds, which = np.unique(kind.astype(str), return_inverse=True)
+    which = which.ravel()
+    for k in range(len(kinds)):
+        mine = which == k
+        values = issue[mine & counted]
+        if len(values):
+            cap[mine] = float(np.median(values)) * ISSUE_OUTLIER
     return np.minimum(issue, cap).astype(np.int64)
 
 
-def _segment_savings(rows: pd.DataFrame, host: HostEvidence, whole_call: bool = False) -> pd.DataFrame:
-    """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc). With
-    ``whole_call``, a collective's host time is its whole call (outermost issuing range) plus the CPU work slowed
-    right after it (``slowed_ns``), instead of NCCL's issue alone."""
-    op, start, end = ("call_op", "call_start_ns", "call_end_ns") if whole_call else \
+
+def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False) -> tuple[np.ndarray, Columns]:
+    """Per step (ns): saving, host and GPU parts, exposed, wait, issue time, counts (see the module doc), as the
+    steps (sorted) and one column per step of each. ``rows``: :func:`_instances` columns (-1 where a
+    time or op is unknown). With ``whole_call``, a collective's host time is its whole call (outermost issuing
+    range) plus the CPU work slowed right after it (``slowed_ns``), instead of NCCL's issue alone."""
+    op_col, start, end = ("call_op", "call_start_ns", "call_end_ns") if whole_call else \
         ("op", "issue_start_ns", "issue_end_ns")
-    linked = rows[op].to_numpy() >= 0
-    b = np.where(linked, rows[end].fillna(-1).to_numpy(np.int64), -1)
-    a = np.where(linked, rows[start].fillna(-1).to_numpy(np.int64), -1)
+
+    def column(name: str) -> np.ndarray:
+        return np.asarray(rows[name], dtype=np.int64)
+
+    op = column(op_col)
+    linked = op >= 0
+    b = np.where(linked, column(end), -1)
+    a = np.where(linked, column(start), -1)
     sync = host.sync_start_ns
     seg = np.where(linked, np.searchsorted(sync, b, side="right"), -1)
     seg_end = np.where(linked & (seg < len(sync)), sync[np.minimum(seg, max(len(sync) - 1, 0))]
                        if len(sync) else NEVER, NEVER)
-    first_of_op = linked & ~rows[op].duplicated().to_numpy()
-    slowed = rows["slowed_ns"].to_numpy(np.int64) if whole_call and "slowed_ns" in rows else 0
-    parts = pd.DataFrame({
-        "step": rows["step"].to_numpy(np.int64), "seg": seg,
+    first_of_op = np.zeros(len(op), dtype=bool)
+    first_of_op[np.unique(op, return_index=True)[1]] = True
+    first_of_op &= linked
+    slowed = column("slowed_ns") if whole_call and "slowed_ns" in rows else np.zeros(len(op), dtype=np.int64)
+    latency, transfer, exposed = column("latency_ns"), column("transfer_ns"), column("exposed_ns")
+    step = column("step")
+    parts = {
         "issue_ns": np.where(first_of_op, _issue_capped(b - a, first_of_op, rows["kind"]), 0),
         "slowed_ns": np.where(first_of_op, slowed, 0),
-        "first_b": np.where(linked, b, NEVER), "seg_end": seg_end,
-        "gpu_ns": (np.minimum(rows["exposed_ns"], rows["transfer_ns"]) + rows["latency_ns"]).to_numpy(np.int64),
-        "latency_ns": rows["latency_ns"].to_numpy(np.int64),
-        "transfer_ns": rows["transfer_ns"].to_numpy(np.int64),
-        "exposed_ns": rows["exposed_ns"].to_numpy(np.int64), "wait_ns": rows["wait_ns"].to_numpy(np.int64),
-        "launch_bound": rows["launch_bound"].to_numpy(np.int64), "collectives": 1,
-    })
-    parts = parts[parts["step"] >= 0]
-    segs = parts.groupby(["step", "seg"]).agg(
-        issue_ns=("issue_ns", "sum"), slowed_ns=("slowed_ns", "sum"), first_b=("first_b", "min"),
-        seg_end=("seg_end", "first"),
-        gpu_ns=("gpu_ns", "sum"), latency_ns=("latency_ns", "sum"), exposed_ns=("exposed_ns", "sum"),
-        wait_ns=("wait_ns", "sum"),
-        transfer_ns=("transfer_ns", "sum"), launch_bound=("launch_bound", "sum"),
-        collectives=("collectives", "sum"))
-    has_host = segs.index.get_level_values("seg") >= 0
-    slack = np.where(has_host, host.waiting_between(segs["first_b"].to_numpy(), segs["seg_end"].to_numpy()), 0)
+        "gpu_ns": np.minimum(exposed, transfer) + latency, "latency_ns": latency, "exposed_ns": exposed,
+        "wait_ns": column("wait_ns"), "transfer_ns": transfer,
+        "launch_bound": column("launch_bound"), "collectives": np.ones(len(op), dtype=np.int64),
+    }
+    keep = np.flatnonzero(step >= 0)
+    # per (step, segment), in that order
+    order, first = _runs_of(seg[keep], step[keep])
+    rows_in = keep[order]
+    seg_sum = {k: np.add.reduceat(v[rows_in], first) if len(first) else v[:0] for k, v in parts.items()}
+    first_b = np.minimum.reduceat(np.where(linked, b, NEVER)[rows_in], first) if len(first) else b[:0]
+    seg_step, seg_no = step[rows_in[first]], seg[rows_in[first]]
+    slack = np.where(seg_no >= 0, host.waiting_between(first_b, seg_end[rows_in[first]]), 0)
     # a segment's ops after its calls may run faster than far ones on a noisy host: never a negative cost
-    segs["slowed_ns"] = np.maximum(segs["slowed_ns"].to_numpy(), 0)
-    segs["host_part_ns"] = np.minimum(segs["issue_ns"].to_numpy() + segs["slowed_ns"].to_numpy(), slack)
-    segs["gpu_reading_ns"] = segs["gpu_ns"]  # the GPU reading alone, whichever wins the segment
-    segs["host_chosen"] = segs["host_part_ns"] > segs["gpu_ns"]
-    segs["saving_ns"] = np.maximum(segs["host_part_ns"], segs["gpu_ns"])
-    segs["host_part_ns"] = np.where(segs["host_chosen"], segs["host_part_ns"], 0)
-    segs["gpu_part_ns"] = np.where(segs["host_chosen"], 0, segs["gpu_ns"])
-    segs["latency_ns"] = np.where(segs["host_chosen"], 0, segs["latency_ns"])
-    cols = ["saving_ns", "host_part_ns", "gpu_part_ns", "latency_ns", "exposed_ns", "wait_ns", "transfer_ns",
-            "issue_ns", "slowed_ns", "gpu_reading_ns",
-            "launch_bound", "collectives"]
-    return segs[cols].groupby(level="step").sum().rename(columns={"issue_ns": "host_issue_ns"})
+    seg_sum["slowed_ns"] = np.maximum(seg_sum["slowed_ns"], 0)
+    host_part = np.minimum(seg_sum["issue_ns"] + seg_sum["slowed_ns"], slack)
+    gpu = seg_sum["gpu_ns"]
+    host_chosen = host_part > gpu
+    per_seg = {
+        "saving_ns": np.maximum(host_part, gpu), "host_part_ns": np.where(host_chosen, host_part, 0),
+        "gpu_part_ns": np.where(host_chosen, 0, gpu), "latency_ns": np.where(host_chosen, 0, seg_sum["latency_ns"]),
+        "exposed_ns": seg_sum["exposed_ns"], "wait_ns": seg_sum["wait_ns"], "transfer_ns": seg_sum["transfer_ns"],
+        "host_issue_ns": seg_sum["issue_ns"], "slowed_ns": seg_sum["slowed_ns"], "gpu_reading_ns": gpu,
+        "launch_bound": seg_sum["launch_bound"], "collectives": seg_sum["collectives"],
+    }
+    # segments are in step order: each step's segments are one run
+    step_first = np.flatnonzero(np.r_[True, seg_step[1:] != seg_step[:-1]]) if len(seg_step) else first[:0]
+    return seg_step[step_first], {k: (np.add.reduceat(v, step_first) if len(step_first) else v).astype(np.int64)
+                                  for k, v in per_seg.items()}
 
 
 def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None, with_range: bool = True
@@ -261,42 +322,51 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None, 
     only the range uses (``calls_only_ns``, ``ceiling_ns``, ``slowdown_high_ns``) are left out."""
     act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
         else gather(trace, dev.rank, dev.device)
-    calls = collective_calls(trace, act)
-    cpu_side = host_only_in_steps(trace, act, dev.per_step, calls)
-    if len(dev.collectives) == 0 and len(cpu_side) == 0:
+    # collective calls are CPU ranges: a trace without ranges has none
+    calls = collective_calls(trace, act) if len(trace.ranges) else None
+    cpu_side = host_only_in_steps(trace, act, dev.per_step, calls) if calls is not None else None
+    if len(dev.collectives) == 0 and (cpu_side is None or len(cpu_side) == 0):
         return None
     host = host_evidence(trace, act)
     rows = _instances(dev, act, host, matched)
-    if len(cpu_side):
-        first = int(max(rows["op"].max(), rows["call_op"].max(), -1)) + 1 if len(rows) else 0
-        rows = pd.concat([rows, _host_only_rows(cpu_side, first)], ignore_index=True) if len(rows) else \
-            _host_only_rows(cpu_side, first)
-    # host work slowed right after each call, counted with the call's own host time
-    slowed = pd.Series(host_slowed_after_calls(trace, act, calls), index=calls["start_ns"].to_numpy(np.int64))
-    slowed = slowed[~slowed.index.duplicated()]
-    rows["slowed_ns"] = rows["call_start_ns"].map(slowed).fillna(0).astype(np.int64)
-    steps = _segment_savings(rows, host, whole_call=True)
-    idx = steps.index
-    issue_only = _segment_savings(rows, host).reindex(idx).fillna(0)
+    if cpu_side is not None and len(cpu_side):
+        first = int(max(rows["op"].max(initial=-1), rows["call_op"].max(initial=-1))) + 1
+        extra = _host_only_rows(cpu_side, first)
+        rows = {c: np.concatenate([rows[c], v]) for c, v in extra.items()}
+    # host work slowed right after each call, counted with the call's own host time (the first call of a start)
+    rows["slowed_ns"] = np.zeros(len(rows["call_op"]), dtype=np.int64)
+    if calls is not None and len(calls):
+        row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (calls["start_ns"].to_numpy(),)),
+                       -1)
+        slowed_after = host_slowed_after_calls(trace, act, calls)
+        rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)], 0)
+    idx, saving = _segment_savings(rows, host, whole_call=True)
+    # the same rows give the same steps (rows of step < 0 are left out alike)
+    issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    slowed = _contention(act, dev.per_step).reindex(idx).fillna(0).to_numpy()
-    busy = (steps["transfer_ns"] + steps["wait_ns"]).to_numpy()
-    share = np.where(busy > 0, steps["transfer_ns"].to_numpy() / np.maximum(busy, 1), 1.0)
+    step_index = pd.Index(idx, dtype=np.int64, name="step")
+    by_step = _contention(act, dev.per_step)
+    slowed = by_step.reindex(step_index).fillna(0).to_numpy() if len(by_step) else np.zeros(len(idx))
+    busy = saving["transfer_ns"] + saving["wait_ns"]
+    share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
-    steps["contention_ns"] = contention
-    steps["as_profiled_ns"] = steps["saving_ns"] + contention
+    columns = {**saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
+               "as_profiled_ns": saving["saving_ns"] + contention}
     if with_range:
-        calls_only = _segment_savings(rows.assign(slowed_ns=0), host, whole_call=True).reindex(idx).fillna(0)
-        steps["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
-    steps["gpu_reading_ns"] = steps["gpu_reading_ns"] + contention
-    steps["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
-    steps["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
+        calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(rows["call_op"]), dtype=np.int64)}, host,
+                                      whole_call=True)[1]
+        columns["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
+    columns["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
+    columns["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
     # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
-    weigh_profiler(steps, trace, dev)
+    columns.update(profiler_weighing(idx, trace, dev, columns["host_part_ns"], columns["as_profiled_ns"],
+                                     columns["gpu_reading_ns"]))
     if with_range:
-        upper_readings(steps, dev.per_step)
+        columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
+                                    columns["host_part_ns"], columns["as_profiled_ns"]))
+    steps = pd.DataFrame(columns, index=step_index)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -304,21 +374,34 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: pd.DataFrame | None, 
         "launch_bound_kernel_pct": _pct(int(host.launch_bound.sum()), int(linked.sum())),
         "comm_launch_bound_pct": _pct(int(host.launch_bound[comm].sum()), int(comm.sum())),
         "host_syncs": len(host.sync_start_ns),
-        "issue_source": rows["source"].mode().iat[0] if len(rows) else "none",
-        "calls_without_kernels": len(cpu_side),
+        "issue_source": _mode(rows["source"]) if len(rows["source"]) else "none",
+        "calls_without_kernels": len(cpu_side) if cpu_side is not None else 0,
     }
     per_step = dev.per_step
     if len(per_step) and {"duration_ns", "idle_ns"} <= set(per_step.columns):
-        idle = per_step["idle_ns"] / per_step["duration_ns"].where(per_step["duration_ns"] > 0)
-        evidence["gpu_idle_pct"] = round(100.0 * float(idle.median()), 1) if idle.notna().any() else None
-        evidence["step_ns"] = int(per_step["duration_ns"].median())
+        duration = per_step["duration_ns"].to_numpy(np.float64)
+        idle = per_step["idle_ns"].to_numpy(np.float64)[duration > 0] / duration[duration > 0]
+        evidence["gpu_idle_pct"] = round(100.0 * float(np.median(idle)), 1) if len(idle) else None
+        evidence["step_ns"] = int(np.median(per_step["duration_ns"].to_numpy()))
     return steps, evidence
+
+
+def _mode(values: np.ndarray) -> str:
+    """The most frequent value (the smallest of those tied)."""
+    distinct, counts = np.unique(values.astype(str), return_counts=True)
+    return str(distinct[np.argmax(counts)])
+
+
+_DETAIL_COLUMNS = ("own_ns", "exposed_ns", "wait_ns", "host_issue_ns", "host_part_ns", "nccl_issue_ns",
+                   "issue_only_own_ns", "slowed_ns", "gpu_part_ns", "contention_ns", "latency_ns", "as_profiled_ns",
+                   "gpu_reading_ns", "profiler_ns", "idle_ns", "gpu_weight", "collectives", "launch_bound")
 
 
 def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
     if len(steps) == 0:
         return {**evidence, "note": "no collective inside a step window"}
-    med = steps.median()
+    medians = np.median(steps.to_numpy(np.float64), axis=0)  # every column is numeric
+    med = dict(zip(_DETAIL_COLUMNS, medians[steps.columns.get_indexer(list(_DETAIL_COLUMNS))].tolist(), strict=True))
     return {
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),

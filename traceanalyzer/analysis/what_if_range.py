@@ -27,32 +27,53 @@ SLOWDOWN_SHARE = 1 / 3  # host work measured up to ×1.5 slower with communicati
 HOST_BOUND_SHARE = 0.25  # a rank whose GPU waits for the host ≥ this share of its unprofiled step is host-bound
 
 
-def weigh_profiler(steps: pd.DataFrame, trace: Trace, dev: DeviceSummary) -> None:
-    """Set per step ``own_ns`` (the estimate), ``gpu_weight``, ``profiler_ns`` and ``idle_ns``: a rank the profiler
-    made launch-bound is weighed toward its GPU reading by how much of its GPU idle time the profiler's recorded
-    host events explain — idle ≤ ``MARGINAL_RATIO[0]`` × profiler time: the GPU reading alone; ≥
-    ``MARGINAL_RATIO[1]`` ×: the host reading as profiled (``as_profiled_ns``); linear between. Only steps whose
-    host reading won a segment are weighed."""
-    idx = steps.index
-    events = host_events(trace, dev).reindex(idx).fillna(0)
-    steps["profiler_ns"] = (events * PROFILER_NS_PER_EVENT).astype(np.int64)
+def _by_step(per_step: pd.DataFrame, column: str, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``per_step[column]`` at each step id of ``steps`` and whether the step is there (a row of ``per_step``)."""
+    ids = per_step["step"].to_numpy(np.int64)
+    order = np.argsort(ids, kind="stable")
+    pos = np.minimum(np.searchsorted(ids[order], steps), max(len(ids) - 1, 0))
+    if len(ids) == 0:
+        return np.zeros(len(steps), dtype=np.int64), np.zeros(len(steps), dtype=bool)
+    found = ids[order][pos] == steps
+    return np.where(found, per_step[column].to_numpy()[order][pos], 0), found
+
+
+def profiler_weighing(steps: np.ndarray, trace: Trace, dev: DeviceSummary, host_part: np.ndarray,
+                      as_profiled: np.ndarray, gpu_reading: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step of ``steps`` (ids, with their host part, host reading as profiled and GPU reading): ``own_ns``
+    (the estimate), ``gpu_weight``, ``profiler_ns`` and ``idle_ns``. A rank the profiler made launch-bound is
+    weighed toward its GPU reading by how much of its GPU idle time the profiler's recorded host events explain —
+    idle ≤ ``MARGINAL_RATIO[0]`` × profiler time: the GPU reading alone; ≥ ``MARGINAL_RATIO[1]`` ×: the host
+    reading as profiled (``as_profiled_ns``); linear between. Only steps whose host reading won a segment are
+    weighed."""
+    known, counts = _host_event_counts(trace, dev)
+    if len(counts):
+        order = np.argsort(known, kind="stable")
+        known = known[order]
+        pos = np.minimum(np.searchsorted(known, steps), len(known) - 1)
+        counts = np.where(known[pos] == steps, counts[order][pos], 0)
+    else:
+        counts = np.zeros(len(steps), dtype=np.int64)
+    profiler = (counts * PROFILER_NS_PER_EVENT).astype(np.int64)
     per = dev.per_step
-    idle = per.set_index("step")["idle_ns"].reindex(idx).fillna(0) if {"step", "idle_ns"} <= set(per.columns) \
-        else pd.Series(0, index=idx)
-    ratio = idle / steps["profiler_ns"].where(steps["profiler_ns"] > 0)
-    weight = ((MARGINAL_RATIO[1] - ratio) / (MARGINAL_RATIO[1] - MARGINAL_RATIO[0])).clip(0, 1).fillna(0)
-    steps["gpu_weight"] = np.where(steps["host_part_ns"] > 0, weight, 0.0)
-    own = steps["as_profiled_ns"] - steps["gpu_weight"] * (steps["as_profiled_ns"] - steps["gpu_reading_ns"])
-    steps["own_ns"] = np.minimum(own, steps["as_profiled_ns"]).round().astype(np.int64)
-    steps["idle_ns"] = idle.astype(np.int64)
+    idle = _by_step(per, "idle_ns", steps)[0].astype(np.float64) if {"step", "idle_ns"} <= set(per.columns) \
+        else np.zeros(len(steps))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = idle / np.where(profiler > 0, profiler, np.nan)
+    weight = np.clip((MARGINAL_RATIO[1] - ratio) / (MARGINAL_RATIO[1] - MARGINAL_RATIO[0]), 0, 1)
+    weight = np.where(np.isnan(weight), 0.0, weight)
+    gpu_weight = np.where(host_part > 0, weight, 0.0)
+    own = as_profiled - gpu_weight * (as_profiled - gpu_reading)
+    return {"profiler_ns": profiler, "gpu_weight": gpu_weight,
+            "own_ns": np.round(np.minimum(own, as_profiled)).astype(np.int64), "idle_ns": idle.astype(np.int64)}
 
 
-def host_events(trace: Trace, dev: DeviceSummary) -> pd.Series:
-    """Per step (index: step): the rank's host events a profiler records — Kineto ``cpu_op`` ranges and CUDA API
-    calls — starting in the step window."""
+def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of ``dev.per_step`` (its ids, and a count each): the rank's host events a profiler records —
+    Kineto ``cpu_op`` ranges and CUDA API calls — starting in the step window."""
     per = dev.per_step
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
-        return pd.Series(dtype=np.int64)
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
     r = trace.ranges
     # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
@@ -63,29 +84,28 @@ def host_events(trace: Trace, dev: DeviceSummary) -> pd.Series:
         starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
     events = np.sort(np.concatenate(starts)) if starts else np.empty(0, dtype=np.int64)
     counts = np.searchsorted(events, we) - np.searchsorted(events, ws)
-    return pd.Series(counts, index=per["step"].to_numpy(np.int64), dtype=np.int64)
+    return per["step"].to_numpy(np.int64), counts.astype(np.int64)
 
 
-def upper_readings(steps: pd.DataFrame, per_step: pd.DataFrame) -> None:
-    """Add per step: ``ceiling_ns`` — the step's time that is not compute (GPU idle + exposed communication, plus
-    contention): no comm-free step is shorter than its compute kernels; and ``slowdown_high_ns`` — the host reading
-    plus the host work on the critical path running up to ×1.5 slower with communication (measured on runs timed
-    with and without, not visible in a trace with communication): ``SLOWDOWN_SHARE`` × (host-critical time − the
-    host part); the host-critical time is the step less the profiler's time on a rank whose GPU still idles
-    ≥ ``HOST_BOUND_SHARE`` of it without the profiler, else that remaining idle time."""
-    cols = {"step", "comm_exposed_ns", "duration_ns"}
-    per = per_step.set_index("step").reindex(steps.index) if cols <= set(per_step.columns) else None
-    if per is None:
-        steps["ceiling_ns"] = steps["slowdown_high_ns"] = steps["as_profiled_ns"]
-        return
-    ceiling = steps["idle_ns"] + per["comm_exposed_ns"].fillna(0).astype(np.int64) + steps["contention_ns"]
-    steps["ceiling_ns"] = np.maximum(ceiling, steps["as_profiled_ns"])
-    unprofiled_step = (per["duration_ns"].fillna(0) - steps["profiler_ns"]).clip(lower=0)
-    remaining = (steps["idle_ns"] - steps["profiler_ns"]).clip(lower=0)
+def upper_bounds(steps: np.ndarray, per_step: pd.DataFrame, idle: np.ndarray, profiler: np.ndarray,
+                 contention: np.ndarray, host_part: np.ndarray, as_profiled: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step of ``steps`` (ids): ``ceiling_ns`` — the step's time that is not compute (GPU idle + exposed
+    communication, plus contention): no comm-free step is shorter than its compute kernels; and
+    ``slowdown_high_ns`` — the host reading plus the host work on the critical path running up to ×1.5 slower with
+    communication (measured on runs timed with and without, not visible in a trace with communication):
+    ``SLOWDOWN_SHARE`` × (host-critical time − the host part); the host-critical time is the step less the
+    profiler's time on a rank whose GPU still idles ≥ ``HOST_BOUND_SHARE`` of it without the profiler, else that
+    remaining idle time."""
+    if not {"step", "comm_exposed_ns", "duration_ns"} <= set(per_step.columns):
+        return {"ceiling_ns": as_profiled, "slowdown_high_ns": as_profiled}
+    ceiling = np.maximum(idle + _by_step(per_step, "comm_exposed_ns", steps)[0].astype(np.int64) + contention,
+                         as_profiled)
+    unprofiled_step = np.maximum(_by_step(per_step, "duration_ns", steps)[0] - profiler, 0)
+    remaining = np.maximum(idle - profiler, 0)
     critical = np.where(remaining >= HOST_BOUND_SHARE * unprofiled_step, unprofiled_step, remaining)
-    extra = SLOWDOWN_SHARE * np.maximum(critical - steps["host_part_ns"], 0)
-    high = steps["as_profiled_ns"] + np.where(steps["host_part_ns"] > 0, extra, 0)
-    steps["slowdown_high_ns"] = np.minimum(high, steps["ceiling_ns"]).astype(np.int64)
+    extra = SLOWDOWN_SHARE * np.maximum(critical - host_part, 0)
+    high = as_profiled + np.where(host_part > 0, extra, 0)
+    return {"ceiling_ns": ceiling, "slowdown_high_ns": np.minimum(high, ceiling).astype(np.int64)}
 
 
 def step_range(limiting: pd.DataFrame, point: int, basis: str) -> dict[str, Any]:

@@ -73,12 +73,21 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
     return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
 
 
-def materialized_evidence(trace: Trace, devices: list[DeviceSummary], options: Any = None
-                          ) -> dict[EvidenceKey, DeviceEvidence]:
-    """Every figure the rules read from ``trace`` for each of its ``devices``, computed now and detached from the
-    trace (where the trace lives: a Dask worker), keyed as :meth:`FindingContext.evidence_of` looks them up."""
+def materialized_evidence(trace: Trace, devices: list[DeviceSummary], options: Any = None,
+                          figures: tuple[str, ...] | None = None) -> dict[EvidenceKey, DeviceEvidence]:
+    """The figures the rules read from ``trace`` for each of its ``devices`` (default: all but the late ones,
+    :data:`~traceanalyzer.findings.evidence.LATE_FIGURES`), computed now and detached from the trace (where the
+    trace lives: a Dask worker, a lane), keyed as :meth:`FindingContext.evidence_of` looks them up."""
     thresholds = _options(options).thresholds
-    return {(d.trace, d.rank, d.device): device_evidence(trace, d, thresholds).materialize() for d in devices}
+    return {(d.trace, d.rank, d.device): device_evidence(trace, d, thresholds).materialize(figures)
+            for d in devices}
+
+
+def late_evidence_wanted(summary: Summary) -> list[DeviceSummary]:
+    """The devices whose late evidence figures (the CPU-side collective calls) the rules will read."""
+    from .host_rules import wants_host_only_calls
+
+    return [d for d in summary.devices if wants_host_only_calls(d, summary)]
 
 
 RULE_IDS = (
@@ -89,4 +98,5 @@ RULE_IDS = (
     "low_tensor_activity", "gpu_power_underuse",
 )
 
-__all__ = ["RULE_IDS", "FindingOptions", "FindingThresholds", "materialized_evidence", "run_findings"]
+__all__ = ["RULE_IDS", "FindingOptions", "FindingThresholds", "late_evidence_wanted", "materialized_evidence",
+           "run_findings"]

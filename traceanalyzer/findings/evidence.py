@@ -63,15 +63,22 @@ class DeviceEvidence:
             raise RuntimeError("evidence materialized without this figure")
         return self._device
 
-    def materialize(self) -> DeviceEvidence:
-        """Every figure computed now; the trace and the device's activity let go (the object can travel)."""
-        for name in _FIGURES:
+    def materialize(self, figures: tuple[str, ...] | None = None) -> DeviceEvidence:
+        """The ``figures`` (default: every figure but the :data:`LATE_FIGURES`) computed now; the trace and the
+        device let go (the object can travel). A figure left out raises when read."""
+        for name in EARLY_FIGURES if figures is None else figures:
             getattr(self, name)
         chains = self.__dict__.get("chains")
         if chains is not None:
             chains.attrs.pop("followers", None)
         self._trace = self._device = None
         return self
+
+    def absorb(self, other: DeviceEvidence) -> None:
+        """Take the figures ``other`` (of the same device) has computed."""
+        for name in FIGURES:
+            if name in other.__dict__:
+                self.__dict__[name] = other.__dict__[name]
 
     # -- fusion chains (fusion_rules) ---------------------------------------------------------------------------
     @cached_property
@@ -141,8 +148,12 @@ class DeviceEvidence:
         return tensor_active_in_gemms(self.trace, self._dev)
 
 
-_FIGURES = ("chains", "following_kernels", "launch_idle", "kernels_in_steps", "graph_launched_fraction",
-            "gaps_with_cause", "host_only_calls", "tensor_active")
+FIGURES = ("chains", "following_kernels", "launch_idle", "kernels_in_steps", "graph_launched_fraction",
+           "gaps_with_cause", "host_only_calls", "tensor_active")
+#: Figures a rule reads only for some devices, known once the what-if is done (``collectives_without_kernels``
+#: looks for CPU-side collective calls where the what-if found some): computed on request, not by default.
+LATE_FIGURES = ("host_only_calls",)
+EARLY_FIGURES = tuple(f for f in FIGURES if f not in LATE_FIGURES)
 
 
 # -- the computations ---------------------------------------------------------------------------------------------
@@ -321,5 +332,5 @@ def tensor_active_in_gemms(trace: Trace, dev: DeviceSummary) -> tuple[float, int
     return float(values[gemm].mean()), int(gemm.sum()), {str(p): float(v) for p, v in by_phase.items()}
 
 
-__all__: list[Any] = ["DeviceEvidence", "gaps_with_cause", "graph_launched_fraction", "tensor_active_in_gemms",
-                      "unfused_chains"]
+__all__: list[Any] = ["EARLY_FIGURES", "FIGURES", "LATE_FIGURES", "DeviceEvidence", "gaps_with_cause",
+                      "graph_launched_fraction", "tensor_active_in_gemms", "unfused_chains"]

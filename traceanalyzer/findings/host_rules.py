@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.results import Finding
+from ..analysis.results import DeviceSummary, Finding, Summary
 from .context import FindingContext, count_per_step, kinds_text, ms, per_step_median, severity, step_index
 from .evidence import gaps_with_cause, graph_launched_fraction
 
@@ -75,6 +75,13 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
     return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
 
 
+def wants_host_only_calls(dev: DeviceSummary, summary: Summary) -> bool:
+    """Whether :func:`collectives_without_kernels` looks for the device's CPU-side collective calls: it has steps,
+    and the what-if, which has already looked on its ranks, did not find none on its rank."""
+    counted = summary.what_if.details.get("ranks") or {}
+    return bool(len(dev.per_step)) and counted.get(str(dev.rank), {}).get("calls_without_kernels") != 0
+
+
 def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
     """Collective calls inside steps that launch no communication kernel — done on the CPU side (a process group
     of one rank, gloo on CPU tensors) — while the GPU idles: the host time they take delays every later launch.
@@ -83,11 +90,9 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
     time per step. Which calls count in which step: :func:`~traceanalyzer.analysis.host_issue.host_only_in_steps`
     (calls during warm-up or CUDA-graph capture do not)."""
     found = []
-    counted = ctx.summary.what_if.details.get("ranks") or {}
     for dev in ctx.summary.devices:
-        ev = ctx.evidence_of(dev)
-        # the what-if has already looked for these calls on its ranks: skip the ones where it found none
-        if ev is None or not len(dev.per_step) or counted.get(str(dev.rank), {}).get("calls_without_kernels") == 0:
+        ev = ctx.evidence_of(dev) if wants_host_only_calls(dev, ctx.summary) else None
+        if ev is None:
             continue
         calls = ev.host_only_calls
         if not len(calls):
