@@ -278,16 +278,16 @@ def test_a_database_that_cannot_be_written_is_bad_input(tmp_path, capsys, monkey
 
 
 def test_one_analysis_pass(tmp_path, monkeypatch):
-    """The export writes the summary's own results: one summarize call, no second analysis of its own."""
+    """The export writes the summary's own results: one summary (one reduce), no second analysis of its own."""
     pipeline = importlib.import_module("traceanalyzer.pipeline")
     calls = []
-    original = pipeline.summarize
+    original = pipeline.reduce_parts
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "summarize", counting)
+    monkeypatch.setattr(pipeline, "reduce_parts", counting)
     result = ta.export([KINETO_DIR], tmp_path / "one.db")
     assert len(calls) == 1 and result.summary is not None
     assert _rows(tmp_path / "one.db", "SELECT sum(comm_exposed_ns) AS s FROM devices")[0]["s"] == \
