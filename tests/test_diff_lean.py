@@ -137,6 +137,36 @@ def test_kernel_and_collective_tables_match_pandas(paths: list[Path]) -> None:
         assert np.allclose(table["busbw_gbps"], by_kind["busbw_gbps"].median().reindex(table.index), equal_nan=True)
 
 
+def _within(lean: object, full: object) -> bool:
+    """Whether ``lean`` is ``full`` with some dict keys left out, at any depth."""
+    if isinstance(lean, dict) and isinstance(full, dict):
+        return all(k in full and _within(v, full[k]) for k, v in lean.items())
+    return lean == full
+
+
+def _assert_lean_findings(lean: Summary, full: Summary) -> None:
+    """The same findings (ids, titles, impacts, severities, recommendations, order); the lean evidence is the full
+    evidence less some figures, and smaller only for the fusion rules."""
+    def bare(s: Summary) -> list[dict[str, object]]:
+        return [{k: v for k, v in f.to_json().items() if k != "evidence"} for f in s.findings]
+
+    assert bare(lean) == bare(full)
+    for fl, ff in zip(lean.findings, full.findings, strict=True):
+        assert _within(fl.evidence, ff.evidence)
+        assert fl.evidence == ff.evidence or fl.id in ("allreduce_not_fused", "norm_not_fused")
+
+
+@pytest.mark.parametrize("paths", [PAIRS[0][0], PAIRS[1][0], PAIRS[2][0]], ids=["kineto", "nsys", "decode"])
+def test_lean_finding_evidence_keeps_every_finding(paths: list[Path]) -> None:
+    lean = summary(paths, skip={"finding_evidence"})
+    full = summary(paths)
+    assert {"allreduce_not_fused", "norm_not_fused"} <= {f.id for f in full.findings}  # the lean path is taken
+    _assert_lean_findings(lean, full)
+    fused = next(f for f in lean.findings if f.id == "allreduce_not_fused")
+    assert "per_chain_ns" not in fused.evidence and "per_chain_ns" in next(
+        f for f in full.findings if f.id == "allreduce_not_fused").evidence
+
+
 @pytest.mark.parametrize(("before", "after"), PAIRS, ids=["self", "nsys_vs_kineto", "ab_decode_nocomm"])
 def test_a_diff_of_lean_summaries_is_the_diff_of_full_ones(before: list[Path], after: list[Path],
                                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,7 +182,7 @@ def test_a_diff_of_lean_summaries_is_the_diff_of_full_ones(before: list[Path], a
     assert texts[0] == texts[1]
     # the lean summary's findings, what-if estimate and steps are the full summary's
     lean_b, full_b = _lean_and_full(before)
-    assert [f.to_json() for f in lean_b.findings] == [f.to_json() for f in full_b.findings]
+    _assert_lean_findings(lean_b, full_b)
     assert lean_b.what_if.comm_free_step_saving_ns == full_b.what_if.comm_free_step_saving_ns
     skipped = {"range_ns", "range_basis", "confidence", "profiler_weighed_steps"}
     assert {k: v for k, v in full_b.what_if.details.items() if k not in skipped} == lean_b.what_if.details
