@@ -189,6 +189,12 @@ def test_a_diff_of_lean_summaries_is_the_diff_of_full_ones(before: list[Path], a
     for dl, df in zip(lean_b.devices, full_b.devices, strict=True):
         pd.testing.assert_frame_equal(dl.per_step, df.per_step)
         assert dl.top_kernels.empty and dl.in_steps == {} and dl.bucket_exclusive_ns == {}
+        # the lean per-layer table: the full one less its time columns (layers, steps and windows alike)
+        pd.testing.assert_frame_equal(dl.per_layer, df.per_layer[list(dl.per_layer.columns)])
+        assert dl.layers_per_step == df.layers_per_step
+        if len(df.per_layer):
+            assert set(df.per_layer.columns) - set(dl.per_layer.columns) == {"comm_ns", "comm_exposed_ns",
+                                                                             "compute_ns"}
         assert not df.top_kernels.empty and df.in_steps and df.bucket_exclusive_ns
 
 
