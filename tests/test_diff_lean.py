@@ -203,3 +203,23 @@ def test_skip_names_only_known_parts() -> None:
     assert DIFF_SKIPS <= SKIPPABLE
     with pytest.raises(ValueError, match="unknown summary part"):
         SummaryOptions(skip=frozenset({"findings"}))
+
+
+def test_shared_classes_classify_each_name_once_and_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.classify import engine
+    from traceanalyzer.classify.rules import rule_set
+
+    names = ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "sm90_xmma_gemm_bf16_128x256x64_tn", "flash_fwd_kernel",
+             "sm90_xmma_gemm_bf16_128x256x64_tn", "elementwise_kernel"]
+    plain = engine.classify_many(names, rule_set())
+    calls: list[str] = []
+    original = engine.classify_one
+    monkeypatch.setattr(engine, "classify_one", lambda n, r: calls.append(n) or original(n, r))
+    with engine.classes_shared():
+        first = engine.classify_many(names[:3], rule_set())  # a fresh RuleSet over the same default rules
+        second = engine.classify_many(names, rule_set())
+    assert first == plain[:3] and second == plain
+    assert sorted(calls) == sorted(set(names))  # the names of the first call were not classified again
+    calls.clear()
+    engine.classify_many(names[:2], rule_set())  # outside the block nothing is shared
+    assert calls == names[:2]
