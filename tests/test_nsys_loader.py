@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from traceanalyzer.cli import main
 from traceanalyzer.loaders import nsys
 from traceanalyzer.testing.synth_nsys import write_nsys_export
+from traceanalyzer.trace import Table
 
 REAL = sorted(p.relative_to(SHARED).as_posix() for pattern in ("nsys-public/*.sqlite", "h200/nsys/*.sqlite")
               for p in SHARED.glob(pattern)) if SHARED.is_dir() else []
@@ -77,6 +78,12 @@ def test_info_on_shipped_fixtures(name: str, capsys: pytest.CaptureFixture[str])
     assert [d["rank"] for d in info["devices"]] == list(range(gpus))
 
 
+def assert_grouped_by_device(table: Table) -> None:
+    """Rows ordered by (rank, device, start): each (rank, device)'s rows consecutive, in start order."""
+    key = list(zip(table["rank"].tolist(), table["device"].tolist(), table["start_ns"].tolist(), strict=True))
+    assert key == sorted(key)
+
+
 @pytest.mark.parametrize("name", REAL)
 def test_real_export_loads_every_table(shared_data: Path, name: str) -> None:
     path = shared_data / name
@@ -87,7 +94,8 @@ def test_real_export_loads_every_table(shared_data: Path, name: str) -> None:
     assert len(trace.api_calls) == _count(path, "CUPTI_ACTIVITY_KIND_RUNTIME")
     assert len(trace.ranges) == _count(path, "NVTX_EVENTS", "WHERE eventType IN (34, 59, 60)")
     if len(k):
-        assert (k["end_ns"] >= k["start_ns"]).all() and (np.diff(k["start_ns"]) >= 0).all()
+        assert (k["end_ns"] >= k["start_ns"]).all()
+        assert_grouped_by_device(k)
         assert (k["name_id"] >= 0).all() and (k["short_name_id"] >= 0).all() and (k["rank"] >= 0).all()
         pairs = {(int(p), int(d)) for p, d in zip(k["pid"], k["device"], strict=True)}
         assert {(d.pid, d.device) for d in trace.devices} == pairs
@@ -219,7 +227,8 @@ def test_null_nvtx_end_is_minus_one(tmp_path: Path) -> None:
 def test_two_processes_are_two_ranks_and_mpi_ranks_win(tmp_path: Path) -> None:
     kernels = [(0, 10, 0, 7, "a", 300), (5, 15, 1, 7, "b", 200), (20, 30, 1, 7, "c", 200)]
     trace = nsys.load(write_nsys_export(tmp_path / "a.sqlite", kernels, memset=[(40, 50, 1, 7, 8, 200)]))
-    assert trace.kernels["rank"].tolist() == [1, 0, 0] and trace.kernels["pid"].tolist() == [300, 200, 200]
+    # stored by (rank, device, start)
+    assert trace.kernels["rank"].tolist() == [0, 0, 1] and trace.kernels["pid"].tolist() == [200, 200, 300]
     assert trace.memops["rank"].tolist() == [0]  # sorted pids: 200 → rank 0, 300 → rank 1
     assert [(d.rank, d.pid, d.device) for d in trace.devices] == [(0, 200, 1), (1, 300, 0)]
     assert trace.capabilities["rank_source"] == "process_order" and trace.world_size == 2
@@ -310,7 +319,7 @@ def test_random_kernels_round_trip_exactly(tmp_path: Path, rows: list[tuple]) ->
     got = list(zip(k["start_ns"].tolist(), k["end_ns"].tolist(), k["device"].tolist(), k["stream"].tolist(),
                    trace.names(k["name_id"]).tolist(), k["pid"].tolist(), strict=True))
     assert sorted(got) == sorted(expected)
-    assert (np.diff(k["start_ns"]) >= 0).all()
+    assert_grouped_by_device(k)
     assert len(trace.devices) == len({(r[5], r[2]) for r in kernels})
 
 

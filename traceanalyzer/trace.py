@@ -102,6 +102,23 @@ class Table:
         """Rows selected by a boolean mask or an integer index."""
         return Table(self.name, {k: v[index] for k, v in self.columns.items()})
 
+    def rows(self, lo: int, hi: int) -> Table:
+        """Rows ``lo`` to ``hi`` (exclusive) as views of this table's columns, no copy."""
+        return Table(self.name, {k: v[lo:hi] for k, v in self.columns.items()})
+
+    def group_by_device(self) -> None:
+        """Rows ordered by (rank, device, start), stable, in place: each (rank, device)'s rows consecutive and in
+        start order, so a per-device analysis takes them as views (``analysis.activity.gather``). One column at a
+        time: the temporary is one column, not a copy of the table."""
+        if len(self) < 2:
+            return
+        order = np.lexsort((self.columns["start_ns"], self.columns["device"], self.columns["rank"]))
+        if bool((order[1:] > order[:-1]).all()):
+            return
+        for key, values in list(self.columns.items()):
+            if values.strides != (0,):  # a repeated constant (loaders.nsys) is in every order already
+                self.columns[key] = values[order]
+
     def with_columns(self, **new: np.ndarray) -> Table:
         """A copy with columns added or replaced."""
         cols = dict(self.columns)

@@ -59,13 +59,15 @@ class DeviceActivity:
 
 
 def _rows_of(table: Table, rank: int, device: int) -> Table:
-    """Rows of (rank, device) in start order, with one gather (none when the table already is exactly that)."""
-    sel = (table["rank"] == rank) & (table["device"] == device)
-    start = table["start_ns"]
-    if sel.all() and (len(start) < 2 or bool((start[1:] >= start[:-1]).all())):
-        return table
-    idx = np.flatnonzero(sel)
-    return table.take(idx[np.argsort(start[idx], kind="stable")])
+    """Rows of (rank, device) in start order: views of the table's rows when they are consecutive and in start
+    order already (as the nsys loader stores them, ``Table.group_by_device``), else one gather."""
+    idx = np.flatnonzero((table["rank"] == rank) & (table["device"] == device))
+    if len(idx) == 0 or idx[-1] - idx[0] + 1 == len(idx):
+        lo, hi = (int(idx[0]), int(idx[-1]) + 1) if len(idx) else (0, 0)
+        start = table["start_ns"][lo:hi]
+        if len(start) < 2 or bool((start[1:] >= start[:-1]).all()):
+            return table if hi - lo == len(table) else table.rows(lo, hi)
+    return table.take(idx[np.argsort(table["start_ns"][idx], kind="stable")])
 
 
 def _memop_buckets(trace: Trace, memops: Table) -> np.ndarray:

@@ -24,7 +24,7 @@ import pandas as pd
 from ..buckets import EXCLUSIVE_PRECEDENCE
 from ..classify.demangle import display_names
 from ..errors import BadInputError
-from ..trace import Trace
+from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
@@ -41,14 +41,20 @@ GAP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "step", "layer"]
 
 
 def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
-    """Union of every bucket present on the device (kernels and memops together)."""
+    """Union of every bucket present on the device (kernels and memops together), in order of first appearance
+    (kernels, then memops); one bucket at a time, so the temporaries are those of the largest bucket."""
     k, m = act.kernels, act.memops
-    codes, names = pd.factorize(np.r_[act.kernel_bucket, act.memop_bucket].astype(object), use_na_sentinel=False)
-    starts = np.r_[k["start_ns"], m["start_ns"]]
-    ends = np.r_[k["end_ns"], m["end_ns"]]
-    us, ue, g = iv.group_union(starts, ends, codes)
-    cut = np.searchsorted(g, np.arange(len(names) + 1))  # group_union returns rows sorted by group
-    return {str(names[c]): (us[cut[c]:cut[c + 1]], ue[cut[c]:cut[c + 1]]) for c in range(len(names))}
+    k_codes, k_names = pd.factorize(act.kernel_bucket, use_na_sentinel=False)
+    m_codes, m_names = pd.factorize(act.memop_bucket, use_na_sentinel=False)
+    k_code = {str(b): c for c, b in enumerate(k_names)}
+    m_code = {str(b): c for c, b in enumerate(m_names)}
+    sets = {}
+    for bucket in dict.fromkeys([*k_code, *m_code]):
+        in_k = k_codes == k_code.get(bucket, -1)
+        in_m = m_codes == m_code.get(bucket, -1)
+        sets[bucket] = iv.union(np.r_[k["start_ns"][in_k], m["start_ns"][in_m]],
+                                np.r_[k["end_ns"][in_k], m["end_ns"][in_m]])
+    return sets
 
 
 def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> dict[str, int]:
@@ -77,7 +83,9 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
     """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule; of the
     kernels ``rows`` (a boolean mask) when given, else of all. ``display_name`` is the name demangled where the
     trace left it mangled (``_Z…``)."""
-    k = act.kernels if rows is None else act.kernels.take(np.flatnonzero(rows))
+    used = [c for c in ("name_id", "start_ns", "end_ns", "bucket_id", "subbucket_id", "rule_id") if c in act.kernels]
+    k = Table("kernels", {c: act.kernels[c] for c in used})
+    k = k if rows is None else k.take(np.flatnonzero(rows))
     if len(k) == 0:
         return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     name_id = np.asarray(k["name_id"])

@@ -44,11 +44,12 @@ MAX_WALK = 8  # closed ranges stepped over when looking for the innermost open r
 
 @dataclass
 class HostEvidence:
-    """Per kernel of ``act.kernels`` (sorted by start) plus the device's waiting gaps and the host syncs."""
+    """Launch-bound flags per kernel of ``act.kernels`` (sorted by start); the issuing evidence per
+    communication kernel (``act.kernels[act.kernel_is_comm]``, in that order); the device's waiting gaps and host
+    syncs."""
 
-    launch_end_ns: np.ndarray  # end of the launching API call, -1 when unlinked
-    launch_bound: np.ndarray  # bool
-    issue_start_ns: np.ndarray  # issuing op (communication kernels; -1 otherwise)
+    launch_bound: np.ndarray  # bool, per kernel
+    issue_start_ns: np.ndarray  # issuing op, per communication kernel (-1 when unlinked)
     issue_end_ns: np.ndarray
     issue_op: np.ndarray  # id shared by kernels issued by one op (or one launch call), -1 when none
     issue_source: np.ndarray  # "cpu_op" | "launch_api" | "none"
@@ -276,40 +277,56 @@ def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads:
 
 def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
-    k = act.kernels
+    """Launch end (sorted) and cumulative idle gap of the launch-bound kernels (``launch_end`` of those kernels):
+    only they wait for the host, so the others, gaps of 0, are left out of the sums' axis."""
+    start = act.kernels["start_ns"][launch_bound]
     b_start, b_end = act.busy
-    pos = np.searchsorted(b_start, k["start_ns"], side="right") - 1
-    prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], k["start_ns"]) if len(b_end) else k["start_ns"]
-    gap = np.where(launch_bound, k["start_ns"] - prev_end, 0)
+    pos = np.searchsorted(b_start, start, side="right") - 1
+    prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], start) if len(b_end) else start
     order = np.argsort(launch_end, kind="stable")
-    anchor = launch_end[order]
-    return anchor, np.r_[0, np.cumsum(gap[order])].astype(np.int64)
+    return launch_end[order], np.r_[0, np.cumsum((start - prev_end)[order])].astype(np.int64)
 
 
 def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
-    """Launch-bound flags, issuing ops of communication kernels, GPU-waiting gaps and host syncs of a device."""
+    """Launch-bound flags, issuing ops of communication kernels, GPU-waiting gaps and host syncs of a device.
+    Per-kernel arrays only where every kernel is read (launch-bound); the issue evidence for the communication
+    kernels alone."""
     k = act.kernels
     api = trace.api_calls
     linked = act.launch_row >= 0
-    row = np.maximum(act.launch_row, 0)
-    launch_end = np.where(linked, api["end_ns"][row], -1) if len(api) else np.full(len(k), -1, dtype=np.int64)
+    start = k["start_ns"]
     b_start = act.busy[0]
-    pos = np.searchsorted(b_start, k["start_ns"], side="right") - 1
+    pos = np.searchsorted(b_start, start, side="right") - 1
     # no busy interval at all when every kernel lasted 0 ns: then no kernel opened one after idle time
-    idle_before = (pos >= 0) & (b_start[np.maximum(pos, 0)] == k["start_ns"]) if len(b_start) else \
+    launch_bound = (pos >= 0) & (b_start[np.maximum(pos, 0)] == start) if len(b_start) else \
         np.zeros(len(k), dtype=bool)
-    launch_bound = linked & idle_before & (k["start_ns"] - launch_end <= LAUNCH_SLACK_NS)
+    del pos
+    launch_bound &= linked
+    if len(api):
+        maybe = np.flatnonzero(launch_bound)
+        launch_end = api["end_ns"][act.launch_row[maybe]]
+        slack_ok = start[maybe] - launch_end <= LAUNCH_SLACK_NS
+        launch_bound[maybe[~slack_ok]] = False
+        launch_end = launch_end[slack_ok]
+    else:
+        launch_bound[:] = False
+        launch_end = np.empty(0, dtype=np.int64)
 
+    comm = np.flatnonzero(act.kernel_is_comm)  # the kernels whose issue is read (what_if._instances)
+    c_linked = linked[comm]
+    c_row = act.launch_row[comm]
+    c_launch = act.launch_ns[comm]
+    c_launch_end = np.where(c_linked, api["end_ns"][np.maximum(c_row, 0)], -1) if len(api) else \
+        np.full(len(comm), -1, dtype=np.int64)
     o_s, o_e, o_thread = issue_ranges(trace, act.pids)
-    comm = act.kernel_is_comm
-    op, outer = containing(o_s, o_e, o_thread, np.where(linked, act.launch_ns, -1),
-                           thread_key(act.launch_pid, act.launch_tid))
-    op = np.where(linked & comm, op, -1)
+    op, outer = containing(o_s, o_e, o_thread, np.where(c_linked, c_launch, -1),
+                           thread_key(act.launch_pid[comm], act.launch_tid[comm]))
+    op = np.where(c_linked, op, -1)
     has_op = op >= 0
     # the CUDA calls the outermost issuing range makes (stream-sync events, the launch, the work-end event) stand
     # in for the collective's runtime work where the innermost range is only the NCCL call (nsys)
     outer = np.where(has_op, outer, -1)
-    none = np.full(len(k), -1, dtype=np.int64)
+    none = np.full(len(comm), -1, dtype=np.int64)
     out_s = np.where(outer >= 0, o_s[np.maximum(outer, 0)], -1) if len(o_s) else none
     out_e = np.where(outer >= 0, o_e[np.maximum(outer, 0)], -1) if len(o_s) else none
     span_s, span_e = api_span_within(trace, out_s, out_e, np.where(outer >= 0, o_thread[np.maximum(outer, 0)], -1)
@@ -320,29 +337,30 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     # them all)
     pairs = np.unique(np.c_[outer, op][has_op & (outer >= 0)], axis=0)
     ops_in_outer = np.bincount(pairs[:, 0], minlength=len(o_s)) if len(pairs) else np.zeros(len(o_s), np.int64)
-    single = (outer >= 0) & (ops_in_outer[np.maximum(outer, 0)] == 1) if len(o_s) else np.zeros(len(k), bool)
+    single = (outer >= 0) & (ops_in_outer[np.maximum(outer, 0)] == 1) if len(o_s) else np.zeros(len(comm), bool)
     use_span = has_op & single & (span_s >= 0) & (span_e - span_s > in_e - in_s)
     # without an issuing range, the launch call itself; a call that launched several kernels (a CUDA graph)
     # is split evenly, and each communication kernel owns its share
-    call = np.where(linked, act.launch_row, -1) + 1  # 0 = no launch call; counted without sorting
-    launched = np.bincount(call)[call]
-    share = (launch_end - act.launch_ns) // launched
-    issue_start = np.where(has_op, np.where(use_span, span_s, in_s), np.where(linked & comm, act.launch_ns, -1))
-    issue_end = np.where(has_op, np.where(use_span, span_e, in_e), np.where(linked & comm, act.launch_ns + share, -1))
+    per_call = np.bincount(act.launch_row[linked]) if linked.any() else np.zeros(1, dtype=np.int64)
+    launched = np.where(c_linked, per_call[np.maximum(c_row, 0)], 1)  # unlinked: no share, never divided by 0
+    del per_call
+    share = (c_launch_end - c_launch) // launched
+    issue_start = np.where(has_op, np.where(use_span, span_s, in_s), np.where(c_linked, c_launch, -1))
+    issue_end = np.where(has_op, np.where(use_span, span_e, in_e), np.where(c_linked, c_launch + share, -1))
     whole = has_op & (outer >= 0)
     call_start = np.where(whole, np.minimum(out_s, issue_start), issue_start)
     call_end = np.where(whole, np.maximum(out_e, issue_end), issue_end)
-    owner = np.where(has_op, op, np.where(linked & comm, len(o_s) + np.arange(len(k)), -1))
+    owner = np.where(has_op, op, np.where(c_linked, len(o_s) + comm, -1))
     call_owner = np.where(whole, outer, owner)
-    source = np.where(has_op, "cpu_op", np.where(linked & comm, "launch_api", "none"))
+    source = np.where(has_op, "cpu_op", np.where(c_linked, "launch_api", "none"))
 
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
     distinct = np.unique(api["name_id"][api["name_id"] >= 0]) if len(api) else np.empty(0, dtype=np.int64)
     sync_ids = [i for i in distinct.tolist() if HOST_SYNC.search(trace.strings[i])]
     launching = np.unique(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
     is_sync = np.isin(api["name_id"], sync_ids) & np.isin(thread_key(api["pid"], api["tid"]), launching)
-    return HostEvidence(launch_end, launch_bound, issue_start, issue_end, owner, source, call_start, call_end,
-                        call_owner, anchor, cumsum, np.sort(api["start_ns"][is_sync]))
+    return HostEvidence(launch_bound, issue_start, issue_end, owner, source, call_start, call_end, call_owner,
+                        anchor, cumsum, np.sort(api["start_ns"][is_sync]))
 
 
 def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame,

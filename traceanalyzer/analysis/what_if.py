@@ -160,8 +160,11 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     has_ev = ev >= 0
     row = comm[np.maximum(ev, 0)] if len(comm) else np.zeros(len(ev), dtype=np.int64)
 
-    def of_kernel(values: np.ndarray, missing: Any) -> np.ndarray:
+    def of_kernel(values: np.ndarray, missing: Any) -> np.ndarray:  # values per kernel of the device
         return np.where(has_ev, values[row], missing) if len(values) else np.full(len(ev), missing)
+
+    def of_comm(values: np.ndarray, missing: Any) -> np.ndarray:  # values per communication kernel (host_evidence)
+        return np.where(has_ev, values[np.maximum(ev, 0)], missing) if len(values) else np.full(len(ev), missing)
 
     # transfer and wait: from the cross-rank match, else from this rank alone (computed only when needed)
     hit = np.zeros(len(start), dtype=bool)
@@ -182,13 +185,13 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         "step": coll["step"].to_numpy(np.int64), "exposed_ns": coll["exposed_ns"].to_numpy(np.int64),
         "launch_bound": of_kernel(host.launch_bound, False).astype(bool),
         "latency_ns": of_kernel(_dependency_latency(act, host), 0).astype(np.int64),
-        "issue_start_ns": of_kernel(host.issue_start_ns, -1).astype(np.int64),
-        "issue_end_ns": of_kernel(host.issue_end_ns, -1).astype(np.int64),
-        "op": of_kernel(host.issue_op, -1).astype(np.int64),
-        "source": of_kernel(host.issue_source.astype(object), "none").astype(object),
-        "call_start_ns": of_kernel(host.call_start_ns, -1).astype(np.int64),
-        "call_end_ns": of_kernel(host.call_end_ns, -1).astype(np.int64),
-        "call_op": of_kernel(host.call_op, -1).astype(np.int64),
+        "issue_start_ns": of_comm(host.issue_start_ns, -1).astype(np.int64),
+        "issue_end_ns": of_comm(host.issue_end_ns, -1).astype(np.int64),
+        "op": of_comm(host.issue_op, -1).astype(np.int64),
+        "source": of_comm(host.issue_source.astype(object), "none").astype(object),
+        "call_start_ns": of_comm(host.call_start_ns, -1).astype(np.int64),
+        "call_end_ns": of_comm(host.call_end_ns, -1).astype(np.int64),
+        "call_op": of_comm(host.call_op, -1).astype(np.int64),
         "kind": coll["kind"].astype(str).to_numpy() if "kind" in coll else np.full(len(start), ""),
         "transfer_ns": transfer.astype(np.int64), "wait_ns": wait.astype(np.int64),
     }

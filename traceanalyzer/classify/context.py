@@ -56,34 +56,36 @@ def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, 
     return out
 
 
-def _range_instance(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
-    """For every kernel, the id of a matching range instance that contains it (``-1`` if none)."""
+def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) -> np.ndarray:
+    """For the kernels ``rows`` (indexes), the id of a matching range instance that contains each (``-1`` if none).
+    Only ids of the same call compare: a GPU-side instance and a CPU one never share an id."""
     k, r = trace.kernels, trace.ranges
-    result = np.full(len(k), -1, dtype=np.int64)
-    if len(k) == 0 or len(r) == 0:
+    result = np.full(len(rows), -1, dtype=np.int64)
+    if len(rows) == 0 or len(r) == 0:
         return result
     named = _ids_matching(trace, r["name_id"], pattern) & (r["end_ns"] >= r["start_ns"])
     kinds = trace.names(r["kind_id"])
     gpu = named & np.isin(kinds, _GPU_KINDS) & (r["device"] >= 0)
     if gpu.any():
-        result = _instances(k["start_ns"], k["device"].astype(np.int64), r["start_ns"][gpu], r["end_ns"][gpu],
-                            r["device"][gpu].astype(np.int64))
+        result = _instances(k["start_ns"][rows], k["device"][rows].astype(np.int64), r["start_ns"][gpu],
+                            r["end_ns"][gpu], r["device"][gpu].astype(np.int64))
     cpu = named & np.isin(kinds, _CPU_KINDS)
     api = trace.api_calls
     if cpu.any() and len(api):
         key_api = api["pid"].astype(np.int64) << 32 | (api["correlation"] & 0xFFFFFFFF)
         order = np.argsort(key_api, kind="stable")
-        key_k = k["pid"].astype(np.int64) << 32 | (k["correlation"] & 0xFFFFFFFF)
+        correlation = k["correlation"][rows]
+        key_k = k["pid"][rows].astype(np.int64) << 32 | (correlation & 0xFFFFFFFF)
         pos = np.clip(np.searchsorted(key_api[order], key_k), 0, len(order) - 1)
         row = order[pos]
-        linked = (key_api[row] == key_k) & (k["correlation"] >= 0)
+        del order, pos
+        linked = (key_api[row] == key_k) & (correlation >= 0)
         launch_group = np.where(linked, _thread_of(api["pid"][row], api["tid"][row]), -1)
         cpu_ids = _instances(api["start_ns"][row], launch_group, r["start_ns"][cpu], r["end_ns"][cpu],
                              _thread_of(r["pid"][cpu], r["tid"][cpu]))
         offset = int(result.max()) + 1
         result = np.where((result < 0) & (cpu_ids >= 0) & linked, cpu_ids + offset, result)
     return result
-
 
 
 def _thread_of(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -103,19 +105,22 @@ def refine_with_context(trace: Trace) -> Trace:
     strings = trace.strings
     bucket, sub, rule = k["bucket_id"].copy(), k["subbucket_id"].copy(), k["rule_id"].copy()
     gemm, moe_ids = strings.get("gemm"), [strings.get(b) for b in ("moe_gemm", "moe_fp4_gemm")]
-    inst = _range_instance(trace, MOE_RANGE)
-    if (inst >= 0).any() and gemm >= 0:
+    # only the kernels a range can move: GEMMs and grouped MoE kernels, then SendRecv
+    rows = np.flatnonzero((bucket == gemm) | np.isin(bucket, moe_ids)) if gemm >= 0 else np.empty(0, np.int64)
+    inst = _range_instance(trace, MOE_RANGE, rows)
+    if (inst >= 0).any():
         has_moe = np.zeros(int(inst.max()) + 1, dtype=bool)
-        moe_rows = np.isin(bucket, moe_ids) & (inst >= 0)
+        moe_rows = np.isin(bucket[rows], moe_ids) & (inst >= 0)
         has_moe[inst[moe_rows]] = True
-        move = (bucket == gemm) & (inst >= 0)
+        move = (bucket[rows] == gemm) & (inst >= 0)
         move[move] = ~has_moe[inst[move]]
-        bucket[move] = strings.intern("moe_gemm")
-        sub[move] = strings.intern("eager_expert_gemm")
-        rule[move] = strings.intern("context.moe_range")
+        bucket[rows[move]] = strings.intern("moe_gemm")
+        sub[rows[move]] = strings.intern("eager_expert_gemm")
+        rule[rows[move]] = strings.intern("context.moe_range")
     sendrecv = strings.get("sendrecv")
     if sendrecv >= 0 and (sub == sendrecv).any():
-        a2a = (_range_instance(trace, ALL_TO_ALL_RANGE) >= 0) & (sub == sendrecv)
+        rows = np.flatnonzero(sub == sendrecv)
+        a2a = rows[_range_instance(trace, ALL_TO_ALL_RANGE, rows) >= 0]
         sub[a2a] = strings.intern("all_to_all")
         rule[a2a] = strings.intern("context.all_to_all_range")
     return trace.with_table("kernels", k.with_columns(bucket_id=bucket, subbucket_id=sub, rule_id=rule))

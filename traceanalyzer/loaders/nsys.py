@@ -162,26 +162,35 @@ def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> n
 
 
 def _table(name: str, data: _Columns) -> Table:
-    """A declared table from loader columns without copying arrays that already have the declared dtype."""
+    """A declared table from loader columns (consumed: each released once converted) without copying arrays that
+    already have the declared dtype. An integer column the export lacks, or whose every value is ``-1``, takes no
+    memory: a read-only ``-1`` repeated (``np.broadcast_to``)."""
     n = len(next(iter(data.values())))
     cols = {}
     for col in TABLES[name]:
-        if col.name in data:
-            cols[col.name] = np.asarray(data[col.name], dtype=col.dtype)
-        else:
+        values = np.asarray(data.pop(col.name), dtype=col.dtype) if col.name in data else None
+        if col.dtype.startswith("int") and (values is None or (n and values[0] == -1 and bool((values == -1).all()))):
+            cols[col.name] = np.broadcast_to(np.array(-1, dtype=col.dtype), (n,))
+        elif values is None:
             cols[col.name] = np.full(n, np.nan if col.dtype.startswith("float") else -1, dtype=col.dtype)
+        else:
+            cols[col.name] = values
     return Table(name, cols)
 
 
 def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, Table]:
     tables = {}
-    for name, data in cols.items():
+    for name in list(cols):
+        data = cols.pop(name)  # consumed: each loader column released once its table holds it
         if data:
             if "pid" in data:  # gpu_metrics are per device, not per process
-                data = {**data, "rank": ranks.of(data["pid"])}
+                data["rank"] = ranks.of(data["pid"])
             if name == "api_starts":
-                data = {"start_ns": data["start_ns"], "rank": data["rank"]}
+                data = {"start_ns": data.pop("start_ns"), "rank": data.pop("rank")}
             tables[name] = _table(name, data)
+    for name in ("kernels", "memops"):  # each device's activity a slice of views (analysis.activity.gather)
+        if name in tables:
+            tables[name].group_by_device()
     return tables
 
 

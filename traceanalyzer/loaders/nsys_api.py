@@ -79,12 +79,25 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
         pos = np.minimum(np.searchsorted(taken, ends["row"]), max(len(taken) - 1, 0))
         new = taken[pos] != ends["row"] if len(taken) else np.ones(len(ends["row"]), dtype=bool)
         kept.append({k: v[new] for k, v in ends.items()})
-    api = {k: np.concatenate([p[k] for p in kept]) for k in kept[0]}
-    order = np.argsort(api.pop("row"), kind="stable")
-    api = {k: v[order] for k, v in api.items()}
+    api = _concat_consumed(kept)
+    row_of = api.pop("row")
+    if len(row_of) > 1 and not bool((row_of[1:] >= row_of[:-1]).all()):  # range ends appended: back in row order
+        order = np.argsort(row_of, kind="stable")
+        for k in list(api):
+            api[k] = api[k][order]
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
-    every = {k: np.concatenate([p[k] for p in starts]) for k in ("start_ns", "pid")}
+    every = _concat_consumed(starts)
     return sorted_by_start(api), every, {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+
+
+def _concat_consumed(parts: list[_Columns]) -> _Columns:
+    """The parts' columns concatenated, each part's column released as soon as it is copied (one column's
+    worth of temporary, not a second copy of every part)."""
+    out = {}
+    for key in list(parts[0]):
+        out[key] = np.concatenate([p.pop(key) for p in parts])
+    parts.clear()
+    return out
 
 
 def _selected_name_ids(ctx: ReadContext) -> list[int]:

@@ -17,6 +17,7 @@ from .nsys_sql import BadColumn, Schema, int_value, quote
 
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+ name first, then 2022.1–2023.2
 GRAPH_MODE_KEY = "CUDA_GRAPH_TRACE_OPTIONS:MODE"
+_CHUNK = 1 << 20  # rows per step when mapping pids to ranks
 
 
 def export_versions(conn: sqlite3.Connection, schema: Schema) -> tuple[str | None, str | None, str | None]:
@@ -96,8 +97,12 @@ class RankAssignment:
             return np.full(len(pids), -1, dtype=np.int32)
         keys = np.array(sorted(self.ranks), dtype=np.int64)
         values = np.array([self.ranks[k] for k in keys.tolist()], dtype=np.int32)
-        pos = np.clip(np.searchsorted(keys, pids), 0, len(keys) - 1)
-        return np.where(keys[pos] == pids, values[pos], -1).astype(np.int32)
+        out = np.empty(len(pids), dtype=np.int32)
+        for lo in range(0, len(pids), _CHUNK):  # int64 temporaries of one chunk, not of every row
+            part = pids[lo:lo + _CHUNK]
+            pos = np.clip(np.searchsorted(keys, part), 0, len(keys) - 1)
+            out[lo:lo + _CHUNK] = np.where(keys[pos] == part, values[pos], -1)
+        return out
 
 
 def assign_ranks(mpi: dict[int, int], gpu_pids: Iterable[int]) -> RankAssignment:
