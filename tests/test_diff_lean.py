@@ -137,6 +137,36 @@ def test_kernel_and_collective_tables_match_pandas(paths: list[Path]) -> None:
         assert np.allclose(table["busbw_gbps"], by_kind["busbw_gbps"].median().reindex(table.index), equal_nan=True)
 
 
+def _within(lean: object, full: object) -> bool:
+    """Whether ``lean`` is ``full`` with some dict keys left out, at any depth."""
+    if isinstance(lean, dict) and isinstance(full, dict):
+        return all(k in full and _within(v, full[k]) for k, v in lean.items())
+    return lean == full
+
+
+def _assert_lean_findings(lean: Summary, full: Summary) -> None:
+    """The same findings (ids, titles, impacts, severities, recommendations, order); the lean evidence is the full
+    evidence less some figures, and smaller only for the fusion rules."""
+    def bare(s: Summary) -> list[dict[str, object]]:
+        return [{k: v for k, v in f.to_json().items() if k != "evidence"} for f in s.findings]
+
+    assert bare(lean) == bare(full)
+    for fl, ff in zip(lean.findings, full.findings, strict=True):
+        assert _within(fl.evidence, ff.evidence)
+        assert fl.evidence == ff.evidence or fl.id in ("allreduce_not_fused", "norm_not_fused")
+
+
+@pytest.mark.parametrize("paths", [PAIRS[0][0], PAIRS[1][0], PAIRS[2][0]], ids=["kineto", "nsys", "decode"])
+def test_lean_finding_evidence_keeps_every_finding(paths: list[Path]) -> None:
+    lean = summary(paths, skip={"finding_evidence"})
+    full = summary(paths)
+    assert {"allreduce_not_fused", "norm_not_fused"} <= {f.id for f in full.findings}  # the lean path is taken
+    _assert_lean_findings(lean, full)
+    fused = next(f for f in lean.findings if f.id == "allreduce_not_fused")
+    assert "per_chain_ns" not in fused.evidence and "per_chain_ns" in next(
+        f for f in full.findings if f.id == "allreduce_not_fused").evidence
+
+
 @pytest.mark.parametrize(("before", "after"), PAIRS, ids=["self", "nsys_vs_kineto", "ab_decode_nocomm"])
 def test_a_diff_of_lean_summaries_is_the_diff_of_full_ones(before: list[Path], after: list[Path],
                                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,13 +182,19 @@ def test_a_diff_of_lean_summaries_is_the_diff_of_full_ones(before: list[Path], a
     assert texts[0] == texts[1]
     # the lean summary's findings, what-if estimate and steps are the full summary's
     lean_b, full_b = _lean_and_full(before)
-    assert [f.to_json() for f in lean_b.findings] == [f.to_json() for f in full_b.findings]
+    _assert_lean_findings(lean_b, full_b)
     assert lean_b.what_if.comm_free_step_saving_ns == full_b.what_if.comm_free_step_saving_ns
     skipped = {"range_ns", "range_basis", "confidence", "profiler_weighed_steps"}
     assert {k: v for k, v in full_b.what_if.details.items() if k not in skipped} == lean_b.what_if.details
     for dl, df in zip(lean_b.devices, full_b.devices, strict=True):
         pd.testing.assert_frame_equal(dl.per_step, df.per_step)
         assert dl.top_kernels.empty and dl.in_steps == {} and dl.bucket_exclusive_ns == {}
+        # the lean per-layer table: the full one less its time columns (layers, steps and windows alike)
+        pd.testing.assert_frame_equal(dl.per_layer, df.per_layer[list(dl.per_layer.columns)])
+        assert dl.layers_per_step == df.layers_per_step
+        if len(df.per_layer):
+            assert set(df.per_layer.columns) - set(dl.per_layer.columns) == {"comm_ns", "comm_exposed_ns",
+                                                                             "compute_ns"}
         assert not df.top_kernels.empty and df.in_steps and df.bucket_exclusive_ns
 
 
@@ -167,3 +203,23 @@ def test_skip_names_only_known_parts() -> None:
     assert DIFF_SKIPS <= SKIPPABLE
     with pytest.raises(ValueError, match="unknown summary part"):
         SummaryOptions(skip=frozenset({"findings"}))
+
+
+def test_shared_classes_classify_each_name_once_and_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.classify import engine
+    from traceanalyzer.classify.rules import rule_set
+
+    names = ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "sm90_xmma_gemm_bf16_128x256x64_tn", "flash_fwd_kernel",
+             "sm90_xmma_gemm_bf16_128x256x64_tn", "elementwise_kernel"]
+    plain = engine.classify_many(names, rule_set())
+    calls: list[str] = []
+    original = engine.classify_one
+    monkeypatch.setattr(engine, "classify_one", lambda n, r: calls.append(n) or original(n, r))
+    with engine.classes_shared():
+        first = engine.classify_many(names[:3], rule_set())  # a fresh RuleSet over the same default rules
+        second = engine.classify_many(names, rule_set())
+    assert first == plain[:3] and second == plain
+    assert sorted(calls) == sorted(set(names))  # the names of the first call were not classified again
+    calls.clear()
+    engine.classify_many(names[:2], rule_set())  # outside the block nothing is shared
+    assert calls == names[:2]

@@ -25,6 +25,7 @@ from .analysis.compare import (
 )
 from .analysis.results import Summary
 from .analysis.summary import SKIPPABLE
+from .classify.engine import classes_shared
 from .trace import Trace
 
 PathLike = str | Path
@@ -55,7 +56,8 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
     The sides are summarized one after the other, each as ``summary`` does it (with its decode helper for big
     Kineto files) less the parts no diff output reads (:data:`DIFF_SKIPS`), and reduced by
     :func:`~.analysis.compare.build_side` before the next one is loaded. When both sides name the same input
-    (a run diffed against itself) it is loaded and summarized once.
+    (a run diffed against itself) it is loaded and summarized once; kernel names both sides share are classified
+    once (:func:`~.classify.engine.classes_shared`).
     """
     from .pipeline import summary as summarize_side
 
@@ -64,6 +66,7 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
             return build_side(given)
         return build_side(summarize_side(_as_list(given), **{"skip": DIFF_SKIPS, **options}))
 
-    side_b = side(before)
-    side_a = replace(side_b) if _same_input(before, after) else side(after)
+    with classes_shared():  # the kernel names both sides share are classified once
+        side_b = side(before)
+        side_a = replace(side_b) if _same_input(before, after) else side(after)
     return compare(side_b, side_a, min_noise_pct=min_noise_pct)

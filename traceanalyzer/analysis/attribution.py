@@ -72,7 +72,16 @@ def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> iv.Intervals:
 
 def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: list[str]) -> pd.DataFrame:
     """One row per step of ``dev`` (its ``per_step`` windows), one int64 column per component plus ``step`` and
-    ``duration_ns``; the component columns of a row sum to its ``duration_ns``.
+    ``duration_ns``; the component columns of a row sum to its ``duration_ns`` (:func:`step_component_arrays` as a
+    frame)."""
+    columns = step_component_arrays(dev, cross, order)
+    return pd.DataFrame(columns) if columns else pd.DataFrame(columns=["step", "duration_ns"])
+
+
+def step_component_arrays(dev: DeviceSummary, cross: CrossRankSummary | None, order: list[str]
+                          ) -> dict[str, np.ndarray]:
+    """The columns of :func:`step_components` (``step``, ``duration_ns``, then the components in attribution
+    order), empty without steps or activity.
 
     The summary's per-step ``busy_ns``, ``idle_ns`` and ``comm_exposed_ns`` are reused: the exposed communication
     is communication under no compute kernel, split into wait and transfer; memory copies are the busy time less
@@ -80,7 +89,7 @@ def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: l
     act: DeviceActivity | None = dev.activity
     steps = dev.per_step
     if act is None or not len(steps):
-        return pd.DataFrame(columns=["step", "duration_ns"])
+        return {}
     ws = steps["start_ns"].to_numpy(np.int64)
     we = steps["end_ns"].to_numpy(np.int64)
     out: dict[str, np.ndarray] = {"step": steps["step"].to_numpy(np.int64), "duration_ns": we - ws}
@@ -96,7 +105,7 @@ def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: l
     host_ns = iv.measure_within(_host_bound_gaps(act, lo, hi), ws, we)
     out[IDLE_HOST] = host_ns
     out[IDLE_OTHER] = steps["idle_ns"].to_numpy(np.int64) - host_ns
-    return pd.DataFrame(out)
+    return out
 
 
 def _claim_compute(act: DeviceActivity, order: list[str], ws: np.ndarray, we: np.ndarray,

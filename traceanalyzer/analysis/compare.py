@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..buckets import EXCLUSIVE_PRECEDENCE
-from .attribution import component_columns, step_components
+from .attribution import step_component_arrays
 from .kernel_match import (
     collective_table,
     compare_collectives,
@@ -140,26 +140,38 @@ def _world_size(summary: Summary) -> int:
     return int(primary) if primary else max([*declared, len(ranks)])
 
 
+def _mean_parts(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The devices' components averaged (a component a device lacks counts 0 there), in order of first
+    appearance: ``pd.concat(parts, axis=1).fillna(0.0).mean(axis=1)``, summed device by device alike."""
+    names = list(dict.fromkeys(c for p in parts for c in p))
+    table = np.array([[p.get(c, 0.0) for c in names] for p in parts], dtype=np.float64)
+    return dict(zip(names, (table.sum(axis=0) / len(parts)).tolist(), strict=True))
+
+
 def build_side(summary: Summary) -> DiffSide:
     """Everything the comparison needs from one summarized run: the representative step and its components, the
     kernel groups and collectives per device-step (see docs/DIFF.md). The returned side's summary is a copy without
     the devices' activity (the loaded trace), so the side is small and pickles."""
     order = list(EXCLUSIVE_PRECEDENCE)
-    medians, spreads, parts, steps = [], [], [], 0
+    medians: list[float] = []
+    spreads: list[float] = []
+    parts: list[dict[str, float]] = []  # per device: its representative step's components
+    steps = 0
     matched: set[int] = set()  # the cross-rank match used each rank's first device with collectives
     for dev in summary.devices:
         mine = len(dev.collectives) > 0 and dev.rank not in matched
         if mine:
             matched.add(dev.rank)
-        frame = step_components(dev, summary.cross_rank if mine else None, order)
-        if not len(frame):
+        columns = step_component_arrays(dev, summary.cross_rank if mine else None, order)
+        if not columns or not len(columns["duration_ns"]):
             continue
-        durations = frame["duration_ns"].to_numpy(np.int64)
+        durations = columns.pop("duration_ns")
+        del columns["step"]
         steps += len(durations)
-        rows = frame.iloc[_median_rows(durations)]
-        medians.append(float(rows["duration_ns"].mean()))
+        rows = _median_rows(durations)
+        medians.append(float(durations[rows].mean()))
         spreads.append(MAD_TO_SIGMA * float(np.median(np.abs(durations - np.median(durations)))))
-        parts.append(rows[component_columns(frame)].mean())
+        parts.append({c: float(v[rows].mean()) for c, v in columns.items()})
     world = _world_size(summary)
     sources = ", ".join(sorted({d.step_source for d in summary.devices if d.steps})) or "none"
     levels = [d.step_confidence for d in summary.devices if d.step_confidence in CONFIDENCE]
@@ -171,8 +183,7 @@ def build_side(summary: Summary) -> DiffSide:
     if not parts:
         return DiffSide(light, None, 0, 0, {}, world, _layers_per_step(summary), sources, confidence, groups,
                         collectives)
-    mean_parts = pd.concat(parts, axis=1).fillna(0.0).mean(axis=1)
-    components = _round_parts({str(k): float(v) for k, v in mean_parts.items()})
+    components = _round_parts(_mean_parts(parts))
     return DiffSide(light, sum(components.values()), round(max(spreads)), steps, components, world,
                     _layers_per_step(summary), sources, confidence, groups, collectives)
 

@@ -229,7 +229,9 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
                                 "it has no NVTX / record_function ranges; leave --step-range out")
         warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
                         f"steps from {steps['source'].iloc[0]} instead")
-    layers = layer_table(act, steps, layer_pattern) if layers is None else layers
+    skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
+    layers = layer_table(act, steps, layer_pattern, numbers="layer_numbers" not in skip) if layers is None \
+        else layers
     lo, hi = act.span
     busy_ns = iv.lengths_sum(act.busy)
     sets = _bucket_sets(act)
@@ -238,7 +240,6 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
-    skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
     whole_top = None if "top_kernels" in skip else top_kernels(act)
     step_numbers, step_top = in_steps(act, steps, sets, order, whole_top, numbers="in_steps" not in skip)
     return DeviceSummary(

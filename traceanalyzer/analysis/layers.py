@@ -216,30 +216,28 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
 
 
 def _per_layer_numbers(act: DeviceActivity, table: pd.DataFrame, row: np.ndarray,
-                       steps: pd.DataFrame) -> pd.DataFrame:
-    k, n = act.kernels, len(table)
-    s, e = k["start_ns"], k["end_ns"]
-
-    def union_len(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ps, pe, g = iv.group_union(s[mask], e[mask], row[mask])
-        return ps, pe, g
-
-    comm_sel = (row >= 0) & act.kernel_is_comm
-    ps, pe, g = union_len(comm_sel)
-    comm_ns = np.bincount(g, weights=pe - ps, minlength=n).astype(np.int64)
-    exposed_piece = (pe - ps) - iv.measure_within(act.compute, ps, pe)
-    exposed = np.bincount(g, weights=exposed_piece, minlength=n).astype(np.int64)
-    cs, ce, cg = union_len((row >= 0) & ~act.kernel_is_comm)
-    compute_ns = np.bincount(cg, weights=ce - cs, minlength=n).astype(np.int64)
+                       steps: pd.DataFrame, numbers: bool = True) -> pd.DataFrame:
+    """The per-layer table (``LAYER_COLUMNS``); without ``numbers``, without the time columns ``comm_ns``,
+    ``comm_exposed_ns`` and ``compute_ns``."""
     start, end = table["start_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64)
     step_row = iv.window_of(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
     step_ids = steps["step"].to_numpy()
-    out = pd.DataFrame({
-        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
-        "layer": table["layer"].to_numpy(np.int64), "name": table["name"].to_numpy(), "start_ns": start,
-        "end_ns": end, "duration_ns": end - start, "comm_ns": comm_ns, "comm_exposed_ns": exposed,
-        "compute_ns": compute_ns}, columns=LAYER_COLUMNS)
-    return out
+    out = {"step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+           "layer": table["layer"].to_numpy(np.int64), "name": table["name"].to_numpy(), "start_ns": start,
+           "end_ns": end, "duration_ns": end - start}
+    if not numbers:
+        return pd.DataFrame(out)
+    k, n = act.kernels, len(table)
+    s, e = k["start_ns"], k["end_ns"]
+    comm_sel = (row >= 0) & act.kernel_is_comm
+    ps, pe, g = iv.group_union(s[comm_sel], e[comm_sel], row[comm_sel])
+    out["comm_ns"] = np.bincount(g, weights=pe - ps, minlength=n).astype(np.int64)
+    exposed_piece = (pe - ps) - iv.measure_within(act.compute, ps, pe)
+    out["comm_exposed_ns"] = np.bincount(g, weights=exposed_piece, minlength=n).astype(np.int64)
+    compute_sel = (row >= 0) & ~act.kernel_is_comm
+    cs, ce, cg = iv.group_union(s[compute_sel], e[compute_sel], row[compute_sel])
+    out["compute_ns"] = np.bincount(cg, weights=ce - cs, minlength=n).astype(np.int64)
+    return pd.DataFrame(out, columns=LAYER_COLUMNS)
 
 
 def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
@@ -287,8 +285,10 @@ def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.Da
     return table, row
 
 
-def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | None) -> Layers:
-    """Layers of the device (see the module doc); ``layer_pattern`` None skips the range source."""
+def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | None, *,
+                numbers: bool = True) -> Layers:
+    """Layers of the device (see the module doc); ``layer_pattern`` None skips the range source; without
+    ``numbers`` the table leaves out the per-layer times (``comm_ns``, ``comm_exposed_ns``, ``compute_ns``)."""
     if len(act.kernels) == 0:
         return _empty(act)
     found, source = None, "none"
@@ -309,4 +309,4 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
     rank_of[order] = np.arange(len(order))
     table = table.iloc[order].reset_index(drop=True)
     row = np.where(row >= 0, rank_of[np.maximum(row, 0)], -1)
-    return Layers(_per_layer_numbers(act, table, row, steps), row, source)
+    return Layers(_per_layer_numbers(act, table, row, steps, numbers), row, source)

@@ -19,8 +19,13 @@ PathLike = str | Path
 #: (``in_steps``), the whole-window exclusive bucket split (``bucket_exclusive``: ``bucket_exclusive_ns``), the
 #: exposed-communication segments (``comm_idle_gaps_ns``) and the what-if's range and confidence
 #: (``what_if_range``: ``what_if.details`` ``range_ns``, ``range_basis``, ``confidence`` unless the run is partial,
-#: ``profiler_weighed_steps``). No findings rule reads any of them.
-SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle_gaps", "what_if_range"})
+#: ``profiler_weighed_steps``). No findings rule reads any of them. ``finding_evidence``: the findings' evidence
+#: figures no finding's id, title or impact reads (the fusion rules' per-chain medians and per-step totals, their
+#: steps and following kernels) are left out of ``Finding.evidence``. ``layer_numbers``: the per-layer table
+#: (``per_layer``) keeps its layers and their steps and windows but leaves out their times (``comm_ns``,
+#: ``comm_exposed_ns``, ``compute_ns``).
+SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle_gaps", "what_if_range",
+                       "finding_evidence", "layer_numbers"})
 
 
 @dataclass

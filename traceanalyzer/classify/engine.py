@@ -5,6 +5,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,9 +184,39 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
 PARALLEL_MIN_NAMES = 50_000  # distinct names from which classification is split across processes
 
 
+# per rules tuple (by identity, kept alive beside its classes): the classes met inside :func:`classes_shared`
+_SHARED: ContextVar[dict[int, tuple[tuple[Rule, ...], dict[str, KernelClass]]] | None] = ContextVar(
+    "shared_classes", default=None)
+
+
+@contextmanager
+def classes_shared() -> Iterator[None]:
+    """Inside the block, :func:`classify_many` classifies a name once per rules tuple and reuses its class
+    (``classify_one`` depends on nothing else): ``diff`` classifies the names its two sides share once."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def classify_many(names: list[str], rules: RuleSet, *, parallel_min: int = PARALLEL_MIN_NAMES) -> list[KernelClass]:
     """``classify_one`` of every name, in order. From ``parallel_min`` names on (and with more than one CPU, in
-    a main process on a platform that forks), halves of the list are classified in forked processes."""
+    a main process on a platform that forks), halves of the list are classified in forked processes. Inside
+    :func:`classes_shared`, only the names not met before with the same rules are classified."""
+    shared = _SHARED.get()
+    if shared is None:
+        return _classify_all(names, rules, parallel_min)
+    entry = shared.get(id(rules.rules))
+    if entry is None or entry[0] is not rules.rules:
+        entry = shared[id(rules.rules)] = (rules.rules, {})
+    known = entry[1]
+    new = [n for n in dict.fromkeys(names) if n not in known]
+    known.update(zip(new, _classify_all(new, rules, parallel_min), strict=True))
+    return [known[n] for n in names]
+
+
+def _classify_all(names: list[str], rules: RuleSet, parallel_min: int) -> list[KernelClass]:
     workers = min(os.cpu_count() or 1, 8)
     if len(names) < max(parallel_min, 2) or workers < 2 or multiprocessing.parent_process() is not None \
             or "fork" not in multiprocessing.get_all_start_methods():

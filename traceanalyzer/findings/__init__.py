@@ -65,7 +65,8 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
     """All findings for ``summary`` (computed from ``traces``, or from each device's ``evidence`` computed where
     its trace is: :func:`materialized_evidence`), largest impact per step first."""
     opts = _options(options)
-    ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds, evidence=evidence)
+    ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds, evidence=evidence,
+                         lean_evidence="finding_evidence" in getattr(options, "skip", ()))
     found: list[Finding] = []
     for rule_id, rule in _registry().items():
         if rule_id not in opts.disabled:

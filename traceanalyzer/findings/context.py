@@ -56,6 +56,9 @@ class FindingContext:
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # results the rules share, computed once
     # evidence computed where the traces live (Dask engine: materialized on the workers); else from ``traces``
     evidence: dict[EvidenceKey, DeviceEvidence] | None = None
+    # findings' evidence only as far as their titles read it (a diff's summaries: ``SummaryOptions.skip``
+    # ``finding_evidence``); ids, titles and impacts are the same
+    lean_evidence: bool = False
 
     @cached_property
     def trace_by_path(self) -> dict[str, Trace]:

@@ -57,19 +57,30 @@ def _per_step(ctx: FindingContext, dev: DeviceSummary, chains: pd.DataFrame, col
 
 def _evidence(ctx: FindingContext, dev: DeviceSummary, device_ev: DeviceEvidence, chains: pd.DataFrame
               ) -> dict[str, Any]:
+    """The finding's evidence; with ``ctx.lean_evidence`` only the figures the titles read (rank, device, chains
+    per step, median kernels per chain, norm fusion alone per step)."""
+    step_idx = step_index(dev, chains["start_ns"].to_numpy(np.int64))
+
+    def per_step(column: str) -> int:
+        return per_step_median(ctx.steps(dev), step_idx, chains[column].to_numpy(np.int64))
+
+    followed = per_step_median(ctx.steps(dev), step_idx, np.ones(len(chains), dtype=np.int64))
+    kernels = int(np.median(chains["kernels"].to_numpy(np.float64)))
+    if ctx.lean_evidence:
+        return {"rank": dev.rank, "device": dev.device, "allreduces_followed_per_step": followed,
+                "median_chain_kernels": kernels, "per_step_ns": {"norm_fusion_alone": per_step("norm_alone_ns")}}
     med = chains.drop(columns="start_ns").median()
     return {
         "rank": dev.rank, "device": dev.device, "steps": ctx.steps(dev),
-        "allreduces_followed_per_step": _per_step(ctx, dev, chains.assign(one=1), "one"),
+        "allreduces_followed_per_step": followed,
         "following_kernels": dict(device_ev.following_kernels),
-        "median_chain_kernels": int(med["kernels"]),
+        "median_chain_kernels": kernels,
         "per_chain_ns": {"chain": int(med["chain_ns"]), "gap_after_allreduce": int(med["gap_ns"]),
                          "fused_norm_estimate": int(med["fused_norm_ns"]),
                          "norm_fusion_alone": int(med["norm_alone_ns"]),
                          "allreduce_fusion_at_most": int(med["allreduce_bound_ns"])},
-        "per_step_ns": {"chain": _per_step(ctx, dev, chains, "chain_ns"),
-                        "norm_fusion_alone": _per_step(ctx, dev, chains, "norm_alone_ns"),
-                        "allreduce_fusion_at_most": _per_step(ctx, dev, chains, "allreduce_bound_ns")},
+        "per_step_ns": {"chain": per_step("chain_ns"), "norm_fusion_alone": per_step("norm_alone_ns"),
+                        "allreduce_fusion_at_most": per_step("allreduce_bound_ns")},
         "basis": "fused norm = the chain's longest kernel; norm fusion alone = chain − gap after the all-reduce − "
                  "fused norm; all-reduce fusion ≤ gap after the all-reduce + fused norm (docs/FINDINGS.md)",
     }
