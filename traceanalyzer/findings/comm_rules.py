@@ -19,6 +19,7 @@ from .context import (
     per_step_median,
     severity,
     step_index,
+    worst,
 )
 
 #: Collective kinds that are all-reduces (sub-buckets / kinds from the classifier and collectives analysis).
@@ -28,11 +29,6 @@ ALLREDUCE_KINDS = ("allreduce", "all_reduce", "custom_allreduce")
 LINK_PEAK_GBPS = (("GB300", 900.0), ("GB200", 900.0), ("B300", 900.0), ("B200", 900.0), ("H200", 450.0),
                   ("H100 PCIe", 64.0), ("H100", 450.0), ("H800", 200.0), ("A100-PCIE", 32.0), ("A100", 300.0),
                   ("A800", 200.0), ("V100", 150.0))
-
-
-def _best(findings: list[Finding]) -> list[Finding]:
-    """The finding with the largest impact (one finding per rule: the worst device)."""
-    return [max(findings, key=lambda f: f.impact_ns_per_step or 0)] if findings else []
 
 
 def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
@@ -84,7 +80,7 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
                       "steps": ctx.steps(dev), "step_ns_median": dev.step_ns_median,
                       "cross_rank_wait_by_rank": waits, "devices": devices},
         ))
-    return _best(found)
+    return worst(found)
 
 
 def _on_compute_stream(dev: DeviceSummary, c: pd.DataFrame) -> pd.DataFrame:
@@ -134,7 +130,7 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
                       "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,
                       "cross_rank_wait_by_rank": _wait_by_rank(ctx)},
         ))
-    return _best(found)
+    return worst(found)
 
 
 def link_peak_gbps(gpu_name: str | None) -> float | None:
@@ -190,7 +186,7 @@ def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
                       "model": f"one-shot ≈ {t.oneshot_latency_ns} ns + bytes / link peak ({peak} GB/s); saving = "
                                "min(exposed transfer, transfer − one-shot) per message"},
         ))
-    return _best(found)
+    return worst(found)
 
 
 def straggler_wait(ctx: FindingContext) -> list[Finding]:
@@ -253,7 +249,7 @@ def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
             continue
         pct = ctx.pct_of_step(dev, saving)
         found.append(_bandwidth_finding(dev, big, median_bw, peak, n, saving, pct, count_per_step(ctx, dev, big)))
-    return _best(found)
+    return worst(found)
 
 
 def _bandwidth_finding(dev: DeviceSummary, big: pd.DataFrame, median_bw: float, peak: float, n: int, saving: int,

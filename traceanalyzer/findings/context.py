@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.results import DeviceSummary, Summary
+from ..analysis.results import DeviceSummary, Finding, Summary
 from ..trace import Trace
 from .evidence import DeviceEvidence
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_ns, step_windows, steps
@@ -207,7 +207,7 @@ def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresho
 
 
 __all__ = ["FindingContext", "FindingThresholds", "count_kinds_per_step", "count_per_step", "device_evidence",
-           "kernel_mask", "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows"]
+           "kernel_mask", "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows", "worst"]
 
 
 #: Plural, human names of collective kinds for titles.
@@ -225,6 +225,11 @@ def kinds_text(counts: dict[str, int]) -> str:
     """'16 all-reduces', '2 send/recv + 1 all-gather' — for titles."""
     parts = [f"{n} {_plural(k, n)}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n]
     return " + ".join(parts) or "collectives"
+
+
+def worst(findings: list[Finding]) -> list[Finding]:
+    """The finding with the largest impact (one finding per rule: the worst device); none without findings."""
+    return [max(findings, key=lambda f: f.impact_ns_per_step or 0)] if findings else []
 
 
 def severity(pct: float | None) -> str:

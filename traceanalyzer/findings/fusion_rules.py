@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.results import DeviceSummary, Finding
-from .context import FindingContext, ms, per_step_median, severity, step_index
+from .context import FindingContext, ms, per_step_median, severity, step_index, worst
 from .evidence import (
     ALLREDUCE_SUBBUCKETS,
     FUSABLE_SUBBUCKETS,
@@ -40,13 +40,19 @@ from .evidence import (
 )
 
 
-def _chains_by_device(ctx: FindingContext) -> list[tuple[DeviceSummary, DeviceEvidence, pd.DataFrame]]:
-    """(device, its evidence, its chains) of every device with unfused chains."""
+def _reportable(ctx: FindingContext, column: str
+                ) -> list[tuple[DeviceSummary, int, float | None, dict[str, Any]]]:
+    """Per device with unfused chains whose median per step of ``column`` is worth reporting: (device, that
+    figure, its % of the step, the finding's evidence)."""
     out = []
     for dev in ctx.summary.devices:
-        ev = ctx.evidence_of(dev)
-        if ev is not None and ev.chains is not None:
-            out.append((dev, ev, ev.chains))
+        device_ev = ctx.evidence_of(dev)
+        chains = None if device_ev is None else device_ev.chains
+        if device_ev is None or chains is None:
+            continue
+        value = _per_step(ctx, dev, chains, column)
+        if ctx.worth_reporting(dev, value):
+            out.append((dev, value, ctx.pct_of_step(dev, value), _evidence(ctx, dev, device_ev, chains)))
     return out
 
 
@@ -91,12 +97,7 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
     all-reduce + the fused norm's time), an upper bound of what folding the norm into the all-reduce saves on top
     of a fused norm kernel (module doc). Fires for a one-kernel chain (a fused norm already) too."""
     found = []
-    for dev, device_ev, chains in _chains_by_device(ctx):
-        bound = _per_step(ctx, dev, chains, "allreduce_bound_ns")
-        if not ctx.worth_reporting(dev, bound):
-            continue
-        ev = _evidence(ctx, dev, device_ev, chains)
-        pct = ctx.pct_of_step(dev, bound)
+    for _, bound, pct, ev in _reportable(ctx, "allreduce_bound_ns"):
         n = ev["median_chain_kernels"]
         alone = ev["per_step_ns"]["norm_fusion_alone"]
         more = (f"; collapsing the {n} kernels into one fused norm kernel is a separate saving of about "
@@ -112,7 +113,7 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
                            "--enable-flashinfer-allreduce-fusion) for this GPU and world size.",
             evidence=ev,
         ))
-    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
+    return worst(found)
 
 
 def norm_not_fused(ctx: FindingContext) -> list[Finding]:
@@ -120,12 +121,7 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
     median per step of Σ (chain − gap after the all-reduce − one fused norm kernel), what one fused add + RMSNorm
     kernel saves without touching the all-reduce."""
     found = []
-    for dev, device_ev, chains in _chains_by_device(ctx):
-        saving = _per_step(ctx, dev, chains, "norm_alone_ns")
-        if not ctx.worth_reporting(dev, saving):
-            continue
-        ev = _evidence(ctx, dev, device_ev, chains)
-        pct = ctx.pct_of_step(dev, saving)
+    for _, saving, pct, ev in _reportable(ctx, "norm_alone_ns"):
         found.append(Finding(
             id="norm_not_fused",
             title=f"The add + RMSNorm after each of {ev['allreduces_followed_per_step']} all-reduces per step runs as "
@@ -136,7 +132,7 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
                            "fused_add_rmsnorm, F.rms_norm after the add) instead of eager pow / mean / rsqrt / mul.",
             evidence=ev,
         ))
-    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
+    return worst(found)
 
 
 __all__ = ["ALLREDUCE_SUBBUCKETS", "FUSABLE_SUBBUCKETS", "MAX_CHAIN", "NORM_NAME", "NORM_SUBBUCKETS",

@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.results import DeviceSummary, Finding, Summary
-from .context import FindingContext, count_per_step, kinds_text, ms, per_step_median, severity, step_index
+from .context import (
+    FindingContext,
+    count_per_step,
+    kinds_text,
+    ms,
+    per_step_median,
+    severity,
+    step_index,
+    worst,
+)
 from .evidence import gaps_with_cause, graph_launched_fraction
 
 
@@ -40,7 +49,7 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
                       "kernels_per_step": kernels_per_step, "median_kernel_ns": median_kernel,
                       "graph_launched_fraction": round(graphs, 3), "steps": ctx.steps(dev)},
         ))
-    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
+    return worst(found)
 
 
 def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
@@ -72,7 +81,7 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
             evidence={"rank": dev.rank, "device": dev.device, "gaps": count, "gap_ns_total": total,
                       "steps": ctx.steps(dev), "host_calls": causes},
         ))
-    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
+    return worst(found)
 
 
 def wants_host_only_calls(dev: DeviceSummary, summary: Summary) -> bool:
@@ -121,7 +130,7 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
                       "median_call_ns": int(np.median(took)),
                       "names": calls["name"].value_counts().head(5).to_dict(), "steps": ctx.steps(dev)},
         ))
-    return [max(found, key=lambda f: f.impact_ns_per_step or 0)] if found else []
+    return worst(found)
 
 
 __all__ = ["collectives_without_kernels", "gaps_with_cause", "graph_launched_fraction", "host_bound_no_cuda_graphs",
