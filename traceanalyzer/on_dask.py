@@ -28,7 +28,7 @@ from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, 
 from .errors import BadInputError
 from .loaders import SUMMARY_TABLES, expand_paths, load_one
 from .loaders.limits import Window, parse_window
-from .stages import TracePart, absorb, analyze_trace, late_evidence, late_wanted, reduce_parts
+from .stages import TracePart, analyze_trace, reduce_parts
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -156,12 +156,12 @@ class DaskTraceWork:
         evidence: dict[EvidenceKey, DeviceEvidence] = {}
         for found in self.client.gather(self._submit_evidence()):
             evidence.update(found)
-        wanted = late_wanted(result)
+        wanted = _late_wanted(result)
         late = [self.client.submit(_late_evidence, trace, full, wanted[part.header.path], options, pure=False)
                 for trace, full, part in zip(self.traces, self.full_parts, self.parts, strict=True)
                 if part.header.path in wanted]
         for found in self.client.gather(late):
-            absorb(evidence, found)
+            _absorb(evidence, found)
         return run_findings([], result, options, evidence=evidence)
 
 
@@ -188,12 +188,38 @@ def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any], with_ran
     return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range)
 
 
-def _late_evidence(trace: Trace, part: TracePart, wanted: set[tuple[int, int]], options: SummaryOptions
-                   ) -> dict[EvidenceKey, DeviceEvidence]:
-    return late_evidence(trace, part.devices, wanted, options)
-
-
 def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, DeviceEvidence]:
     from .findings import materialized_evidence
 
     return materialized_evidence(trace, part.devices, options)
+
+
+# -- the late evidence figures (findings.evidence.LATE_FIGURES) ----------------------------------------------------
+def _late_wanted(result: Summary) -> dict[str, set[tuple[int, int]]]:
+    """Per trace path, the (rank, device) pairs whose late findings evidence the rules will read
+    (:func:`~traceanalyzer.findings.late_evidence_wanted`): asked of the traces' holders after the what-if."""
+    from .findings import late_evidence_wanted
+
+    out: dict[str, set[tuple[int, int]]] = {}
+    for d in late_evidence_wanted(result):
+        out.setdefault(d.trace, set()).add((d.rank, d.device))
+    return out
+
+
+def _late_evidence(trace: Trace, part: TracePart, wanted: set[tuple[int, int]], options: SummaryOptions
+                   ) -> dict[EvidenceKey, DeviceEvidence]:
+    """On the worker holding the trace: the late evidence figures of its ``wanted`` (rank, device) pairs."""
+    from .findings import materialized_evidence
+    from .findings.evidence import LATE_FIGURES
+
+    return materialized_evidence(trace, [d for d in part.devices if (d.rank, d.device) in wanted], options,
+                                 figures=LATE_FIGURES)
+
+
+def _absorb(evidence: dict[EvidenceKey, DeviceEvidence], late: dict[EvidenceKey, DeviceEvidence]) -> None:
+    """The late figures joined to the evidence of the same devices."""
+    for key, found in late.items():
+        if key in evidence:
+            evidence[key].absorb(found)
+        else:
+            evidence[key] = found

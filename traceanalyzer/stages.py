@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
     from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
     from .analysis.summary import SummaryOptions
-    from .findings.context import EvidenceKey
-    from .findings.evidence import DeviceEvidence
 
 PathLike = str | Path
 
@@ -121,36 +119,6 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     if options.findings:
         result.findings = work.findings(result, options)
     return result
-
-
-def late_wanted(result: Summary) -> dict[str, set[tuple[int, int]]]:
-    """Per trace path, the (rank, device) pairs whose late findings evidence the rules will read
-    (:func:`~traceanalyzer.findings.late_evidence_wanted`): asked of the traces' holders after the what-if."""
-    from .findings import late_evidence_wanted
-
-    out: dict[str, set[tuple[int, int]]] = {}
-    for d in late_evidence_wanted(result):
-        out.setdefault(d.trace, set()).add((d.rank, d.device))
-    return out
-
-
-def late_evidence(trace: Trace, devices: list[DeviceSummary], wanted: set[tuple[int, int]],
-                  options: SummaryOptions) -> dict[EvidenceKey, DeviceEvidence]:
-    """Where the trace is: the late evidence figures of its ``wanted`` (rank, device) pairs."""
-    from .findings import materialized_evidence
-    from .findings.evidence import LATE_FIGURES
-
-    return materialized_evidence(trace, [d for d in devices if (d.rank, d.device) in wanted], options,
-                                 figures=LATE_FIGURES)
-
-
-def absorb(evidence: dict[EvidenceKey, DeviceEvidence], late: dict[EvidenceKey, DeviceEvidence]) -> None:
-    """The late figures joined to the evidence of the same devices."""
-    for key, found in late.items():
-        if key in evidence:
-            evidence[key].absorb(found)
-        else:
-            evidence[key] = found
 
 
 def classified_once(trace: Trace, rules: PathLike | None) -> Trace:
