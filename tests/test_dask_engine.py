@@ -178,3 +178,14 @@ def test_late_evidence_of_cpu_side_collectives(cluster: str) -> None:
     assert local.returncode == on_dask.returncode == 0, on_dask.stderr
     assert on_dask.stdout == local.stdout
     assert "collectives_without_kernels" in [f["id"] for f in json.loads(on_dask.stdout)["findings"]]
+
+
+def test_bad_rank_file_on_a_local_cluster_is_one_line(ranks34: Path, tmp_path: Path) -> None:
+    """Without a scheduler the engine's own LocalCluster workers share our stderr: dask's log of the failed task
+    must not reach it, only the one error line."""
+    shutil.copy(sorted(ranks34.glob("rank*.json"))[0], tmp_path / "rank00000.json")
+    (tmp_path / "rank00001.json").write_text('{"traceEvents": [')
+    result = _cli("summary", "--json", "--engine", "dask", "-j", "1", str(tmp_path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank00001.json" in lines[0], result.stderr

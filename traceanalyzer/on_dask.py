@@ -16,6 +16,7 @@ processes is started for the call. docs/SCALE.md: clusters (Slurm, Kubernetes), 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -105,12 +106,14 @@ def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
             client.close()
         return
     # loopback only, no dashboard, its HTTP endpoint on a free port (not 8787, which a user's cluster may hold);
+    # its workers share our stderr: a task's failure is told once, by our error line, not by dask's log too;
     # no statistical profiler in the workers (sampling our deep stacks every 10 ms cost ~50 % more CPU)
     import dask
 
     with dask.config.set({"distributed.worker.profile.enabled": False}), \
             LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"}) as cluster, \
+                         dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
+                         silence_logs=logging.CRITICAL) as cluster, \
             Client(cluster) as client:
         yield client
 
