@@ -54,8 +54,8 @@ class DeviceActivity:
     def comm_intervals(self) -> iv.Intervals:
         """Every communication interval (kernels then peer copies), not merged."""
         k, m = self.kernels, self.memops
-        return (np.r_[k["start_ns"][self.kernel_is_comm], m["start_ns"][self.memop_is_comm]],
-                np.r_[k["end_ns"][self.kernel_is_comm], m["end_ns"][self.memop_is_comm]])
+        return (np.concatenate((k["start_ns"][self.kernel_is_comm], m["start_ns"][self.memop_is_comm])),
+                np.concatenate((k["end_ns"][self.kernel_is_comm], m["end_ns"][self.memop_is_comm])))
 
 
 def _rows_of(table: Table, rank: int, device: int) -> Table:
@@ -122,10 +122,11 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     launch, launch_pid, tid = _via(rows, api["start_ns"]), _via(rows, api["pid"]), _via(rows, api["tid"])
     m_rows = launch_rows(trace, memops)
     m_launch = (_via(m_rows, api["start_ns"]), _via(m_rows, api["pid"]), _via(m_rows, api["tid"]))
-    busy = iv.union(np.r_[kernels["start_ns"], memops["start_ns"]], np.r_[kernels["end_ns"], memops["end_ns"]])
-    comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
-                    np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
+    busy = iv.union(np.concatenate((kernels["start_ns"], memops["start_ns"])),
+                    np.concatenate((kernels["end_ns"], memops["end_ns"])))
+    comm = iv.union(np.concatenate((kernels["start_ns"][k_comm], memops["start_ns"][m_comm])),
+                    np.concatenate((kernels["end_ns"][k_comm], memops["end_ns"][m_comm])))
     compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
-    pids = np.unique(np.r_[kernels["pid"], memops["pid"], launch_pid[launch_pid >= 0]])
+    pids = np.unique(np.concatenate((kernels["pid"], memops["pid"], launch_pid[launch_pid >= 0])))
     return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
                           rows, launch, launch_pid, tid, *m_launch, busy, comm, compute)

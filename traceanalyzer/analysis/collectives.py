@@ -20,6 +20,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .activity import DeviceActivity
+from .frames import frame
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast", "reduce",
          "custom_allreduce", "allreduce_fusion")
@@ -152,11 +153,12 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     # ordinal: the instance's place among those of its kind, in start order
     kind_code = pd.factorize(cols["kind"])[0]
     by_kind = np.argsort(kind_code, kind="stable")
-    first = np.flatnonzero(np.r_[True, kind_code[by_kind][1:] != kind_code[by_kind][:-1]]) if len(by_kind) \
+    sorted_codes = kind_code[by_kind]
+    first = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1]))) if len(by_kind) \
         else by_kind
     ordinal = np.empty(len(by_kind), dtype=np.int64)
-    ordinal[by_kind] = np.arange(len(by_kind)) - np.repeat(first, np.diff(np.r_[first, len(by_kind)]))
-    return pd.DataFrame({
+    ordinal[by_kind] = np.arange(len(by_kind)) - np.repeat(first, np.diff(np.concatenate((first, [len(by_kind)]))))
+    return frame({
         "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
         "kind": cols["kind"], "subbucket": act.trace.names(cols["sub_id"]), "stream": cols["stream"],
         "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
@@ -165,7 +167,7 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
         "group_size": cols["group_size"].astype(np.int64), "exposed_ns": (end - start) - hidden,
         "hidden_ns": hidden, "compute_beside_ns": hidden, "correlation": cols["correlation"].astype(np.int64),
         "external_id": cols["external_id"].astype(np.int64), "source": cols["source"],
-    }, columns=COLUMNS)
+    }, COLUMNS)
 
 
 def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataFrame | None,

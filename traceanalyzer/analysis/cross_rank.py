@@ -63,9 +63,9 @@ def _clock_offsets(traces: Sequence[Trace | TraceHeader], parts: list[DeviceSumm
 def _cumcount(codes: np.ndarray) -> np.ndarray:
     """0-based place of each element among the equal codes before it."""
     order = np.argsort(codes, kind="stable")
-    first = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]]) if len(order) else order
+    first = np.flatnonzero(np.concatenate(([True], codes[order][1:] != codes[order][:-1]))) if len(order) else order
     out = np.empty(len(order), dtype=np.int64)
-    out[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    out[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.concatenate((first, [len(order)]))))
     return out
 
 

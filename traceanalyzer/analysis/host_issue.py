@@ -112,13 +112,13 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     s, e, thread, name = s[keep], e[keep], thread[keep], name[keep]
     if len(s) == 0:
         return pd.DataFrame(empty)
-    _, lane = np.unique(np.r_[thread, k_thread], return_inverse=True)
+    _, lane = np.unique(np.concatenate((thread, k_thread)), return_inverse=True)
     lane = lane.ravel()
     launch = act.launch_ns[linked]
     t0 = int(min(s.min(), launch.min()))
     span = int(max(e.max(), launch.max()) - t0) + 1
     rs, re_ = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
-    outermost = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]]
+    outermost = np.concatenate(([True], rs[1:] >= np.maximum.accumulate(re_)[:-1]))
     # the issue reading of each call: the shortest issuing range inside it (ranges nested in an outermost one
     # follow it in this order, up to the next outermost one)
     issue = np.zeros(len(s), dtype=np.int64)
@@ -177,14 +177,14 @@ def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFra
         return out
     s, e, th, name = r["start_ns"][sel], r["end_ns"][sel], thread[sel], r["name_id"][sel]
     c_s, c_e, c_th = (calls[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "thread"))
-    _, lane = np.unique(np.r_[th, c_th], return_inverse=True)
+    _, lane = np.unique(np.concatenate((th, c_th)), return_inverse=True)
     lane = lane.ravel()
     t0 = int(min(s.min(), c_s.min()))
     span = int(max(e.max(), c_e.max()) - t0) + 1
     ls, le = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
     order = np.lexsort((-(le - ls), ls))
     ls, le, name = ls[order], le[order], name[order]
-    top = np.r_[True, ls[1:] >= np.maximum.accumulate(le)[:-1]]  # not nested in another cpu_op
+    top = np.concatenate(([True], ls[1:] >= np.maximum.accumulate(le)[:-1]))  # not nested in another cpu_op
     cs, ce = _lift(c_s, lane[len(s):], t0, span), _lift(c_e, lane[len(s):], t0, span)
     by_start, by_end = np.argsort(cs, kind="stable"), np.argsort(ce, kind="stable")
     last_start = np.searchsorted(cs[by_start], ls, side="right") - 1
@@ -223,7 +223,7 @@ def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.
     range still open is taken."""
     if len(starts) == 0 or len(t) == 0:
         return np.full(len(t), -1, dtype=np.int64), np.full(len(t), -1, dtype=np.int64)
-    _, lane = np.unique(np.r_[threads, thread], return_inverse=True)
+    _, lane = np.unique(np.concatenate((threads, thread)), return_inverse=True)
     lane = lane.ravel()
     t0 = int(min(starts.min(), t.min()))
     span = int(max(ends.max(), t.max()) - t0) + 1
@@ -236,7 +236,7 @@ def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.
         ok = (found < 0) & (idx >= 0) & (end[np.maximum(idx, 0)] > probe)
         found = np.where(ok, idx, found)
         idx = np.where(found < 0, idx - 1, idx)
-    outermost = np.flatnonzero(np.r_[True, key[1:] >= np.maximum.accumulate(end)[:-1]])
+    outermost = np.flatnonzero(np.concatenate(([True], key[1:] >= np.maximum.accumulate(end)[:-1])))
     pos = np.searchsorted(key[outermost], probe, side="right") - 1
     cand = outermost[np.maximum(pos, 0)]
     outer = np.where((pos >= 0) & (end[cand] > probe), cand, -1)
@@ -257,7 +257,7 @@ def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads:
         return none, none.copy()
     a_thread, a_start, a_end = a_thread[on], api["start_ns"][on], api["end_ns"][on]
     n = len(on)
-    _, lane = np.unique(np.r_[a_thread, threads], return_inverse=True)
+    _, lane = np.unique(np.concatenate((a_thread, threads)), return_inverse=True)
     lane = lane.ravel()
     t0 = int(min(a_start.min(), starts.min()))
     span = int(max(a_end.max(), ends.max()) - t0) + 1
@@ -284,7 +284,7 @@ def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.
     pos = np.searchsorted(b_start, start, side="right") - 1
     prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], start) if len(b_end) else start
     order = np.argsort(launch_end, kind="stable")
-    return launch_end[order], np.r_[0, np.cumsum((start - prev_end)[order])].astype(np.int64)
+    return launch_end[order], np.concatenate(([0], np.cumsum((start - prev_end)[order]))).astype(np.int64)
 
 
 def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:

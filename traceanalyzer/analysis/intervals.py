@@ -43,7 +43,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     new[0] = True
     new[1:] = s[1:] > reach[:-1]
     first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
+    last = np.concatenate((first[1:] - 1, [len(s) - 1]))
     return s[first], reach[last]
 
 
@@ -118,7 +118,7 @@ def _runs(x: np.ndarray, inside: np.ndarray) -> Intervals:
     """The maximal runs of ``inside`` over the elementary segments ``[x_i, x_{i+1})``."""
     if len(x) == 0:
         return empty()
-    prev = np.r_[False, inside[:-1]]
+    prev = np.concatenate(([False], inside[:-1]))
     return x[inside & ~prev], x[~inside & prev]
 
 
@@ -139,7 +139,7 @@ def _states(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndar
     count_a = np.cumsum(delta_a[order])
     count_b = np.cumsum(delta_b[order])
     # the state on [x_i, x_{i+1}) is the count after the last event at x_i
-    last = np.r_[points[1:] != points[:-1], True]
+    last = np.concatenate((points[1:] != points[:-1], [True]))
     x = points[last]
     return x, count_a[last] > 0, count_b[last] > 0
 
@@ -187,7 +187,7 @@ def group_union(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> tup
     np.minimum.at(lo, gi, s)
     np.maximum.at(hi, gi, e)
     width = hi - lo + 1  # +1 keeps the last end of one group from touching the next group's first start
-    offset = np.r_[0, np.cumsum(width)[:-1]].astype(_I64)
+    offset = np.concatenate(([0], np.cumsum(width)[:-1])).astype(_I64)
     shift = offset[gi] - lo[gi]
     us, ue = union(s + shift, e + shift)
     owner = np.searchsorted(offset, us, side="right") - 1
@@ -201,7 +201,7 @@ def cumulative(u: Intervals, t: np.ndarray) -> np.ndarray:
     t = np.asarray(t, dtype=_I64)
     if len(u_s) == 0:
         return np.zeros(t.shape, dtype=_I64)
-    cum = np.r_[0, np.cumsum(u_e - u_s)].astype(_I64)
+    cum = np.concatenate(([0], np.cumsum(u_e - u_s))).astype(_I64)
     k = np.searchsorted(u_s, t, side="left")  # intervals starting before t
     over = np.where(k > 0, np.maximum(u_e[np.maximum(k - 1, 0)] - t, 0), 0)
     return cum[k] - over
@@ -267,8 +267,8 @@ def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Interval
         return empty()
     lo = int(u_s[0]) if lo is None else lo
     hi = int(u_e[-1]) if hi is None else hi
-    g_s = np.r_[lo, u_e].astype(_I64)
-    g_e = np.r_[u_s, hi].astype(_I64)
+    g_s = np.concatenate(([lo], u_e)).astype(_I64)
+    g_e = np.concatenate((u_s, [hi])).astype(_I64)
     return clip(g_s, g_e, lo, hi)
 
 
@@ -286,8 +286,8 @@ def range_min_max(values_min: np.ndarray, values_max: np.ndarray, lo_idx: np.nda
     pairs = np.empty(2 * len(lo), dtype=np.int64)
     pairs[0::2] = lo_c
     pairs[1::2] = np.minimum(np.maximum(hi, lo_c), n)
-    vmin = np.r_[np.asarray(values_min, dtype=_I64), 0]
-    vmax = np.r_[np.asarray(values_max, dtype=_I64), 0]
+    vmin = np.concatenate((np.asarray(values_min, dtype=_I64), [0]))
+    vmax = np.concatenate((np.asarray(values_max, dtype=_I64), [0]))
     mins = np.minimum.reduceat(vmin, pairs)[0::2]
     maxs = np.maximum.reduceat(vmax, pairs)[0::2]
     return mins, maxs, non_empty

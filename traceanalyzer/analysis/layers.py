@@ -39,6 +39,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .activity import MEMORY, DeviceActivity
+from .frames import empty_frame
 
 # the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
 from .layer_pattern import DEFAULT_LAYER_PATTERN as DEFAULT_LAYER_PATTERN
@@ -77,7 +78,7 @@ class Layers:
 
 
 def _empty(act: DeviceActivity) -> Layers:
-    table = pd.DataFrame({c: np.empty(0, dtype=object) for c in LAYER_COLUMNS})  # as DataFrame(columns=...)
+    table = empty_frame(LAYER_COLUMNS)
     return Layers(table, np.full(len(act.kernels), -1, dtype=np.int64), "none")
 
 
@@ -182,9 +183,9 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     comm_step = kernel_step[comm_rows]
     if len(comm_rows) < 2:
         return None
-    first_of_step = np.r_[True, comm_step[1:] != comm_step[:-1]]
+    first_of_step = np.concatenate(([True], comm_step[1:] != comm_step[:-1]))
     group_start = np.flatnonzero(first_of_step)
-    local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.r_[group_start, len(comm_rows)]))
+    local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.concatenate((group_start, [len(comm_rows)]))))
     sig, computing = _signatures(act, axis, comm_rows, comm_step)
     if (local >= 1).any() and np.mean(computing[local >= 1] > 0) < MIN_SIGNATURE_MATCH:
         return None  # collectives back to back (DDP gradient buckets), not layers of compute and collectives
@@ -195,7 +196,7 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     if np.median(per_step[per_step > 0]) < 2:
         return None  # one layer's worth of collectives per step: no repeating layer
     layer = local // p
-    last_of_layer = np.r_[(layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), True]
+    last_of_layer = np.concatenate(((layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), [True]))
     idx_last = np.flatnonzero(last_of_layer)
     lay_step, lay_num = comm_step[idx_last], layer[idx_last]
     # windows on the order axis: after the previous layer's last collective up to and including this layer's
@@ -203,7 +204,7 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     in_step = (kernel_step >= 0) & (axis >= 0)
     np.minimum.at(step_first, kernel_step[in_step], axis[in_step])
     a_end = axis[comm_rows[idx_last]] + 1
-    a_start = np.where(lay_num == 0, step_first[lay_step], np.r_[np.iinfo(np.int64).min, a_end[:-1]])
+    a_start = np.where(lay_num == 0, step_first[lay_step], np.concatenate(([np.iinfo(np.int64).min], a_end[:-1])))
     row = iv.window_of(np.where(axis >= 0, axis, np.iinfo(np.int64).min), a_start, a_end)
     row = np.where(kernel_step >= 0, row, -1)
     g_start = np.full(len(idx_last), np.iinfo(np.int64).max, dtype=np.int64)

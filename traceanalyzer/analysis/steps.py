@@ -37,6 +37,7 @@ from ..trace import Trace
 from . import intervals as iv
 from . import step_detect
 from .activity import DeviceActivity
+from .frames import frame
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
 WARMUP_FACTOR = 3.0  # a forward pass this many times longer than the typical one is warm-up
@@ -57,11 +58,11 @@ def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pi
     g_end = np.zeros(len(starts), dtype=np.int64)
     found = np.zeros(len(starts), dtype=bool)
     # kernels and memory operations together: a range's GPU work includes the copies it issued
-    launch_ns = np.r_[act.launch_ns, act.memop_launch_ns]
-    launch_pid = np.r_[act.launch_pid, act.memop_launch_pid]
-    launch_tid = np.r_[act.launch_tid, act.memop_launch_tid]
-    k_start = np.r_[act.kernels["start_ns"], act.memops["start_ns"]]
-    k_end = np.r_[act.kernels["end_ns"], act.memops["end_ns"]]
+    launch_ns = np.concatenate((act.launch_ns, act.memop_launch_ns))
+    launch_pid = np.concatenate((act.launch_pid, act.memop_launch_pid))
+    launch_tid = np.concatenate((act.launch_tid, act.memop_launch_tid))
+    k_start = np.concatenate((act.kernels["start_ns"], act.memops["start_ns"]))
+    k_end = np.concatenate((act.kernels["end_ns"], act.memops["end_ns"]))
     linked = launch_ns >= 0
     if not linked.any() or len(starts) == 0:
         return g_start, g_end, found
@@ -113,12 +114,12 @@ def ranges_named(act: DeviceActivity, *, name: str | None = None, pattern: re.Pa
 def _disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(start, kind="stable")
     start, end = start[order], end[order]
-    end = np.minimum(end, np.r_[start[1:], np.iinfo(np.int64).max])
+    end = np.minimum(end, np.concatenate((start[1:], [np.iinfo(np.int64).max])))
     return start, end
 
 
 def _frame(numbers: np.ndarray, start: np.ndarray, end: np.ndarray, source: str) -> pd.DataFrame:
-    return pd.DataFrame({"step": numbers.astype(np.int64), "start_ns": start.astype(np.int64),
+    return frame({"step": numbers.astype(np.int64), "start_ns": start.astype(np.int64),
                          "end_ns": end.astype(np.int64), "source": source})
 
 
@@ -224,7 +225,7 @@ def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.Data
     gs, ge, ok = project_to_gpu(act, ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy(),
                                 ranges["pid"].to_numpy(), ranges["tid"].to_numpy())
     number = ranges["number"].to_numpy()
-    cycle = np.cumsum(np.r_[True, number[1:] <= number[:-1]]) - 1
+    cycle = np.cumsum(np.concatenate(([True], number[1:] <= number[:-1]))) - 1
     if np.median(np.bincount(cycle)) < 2:
         return None  # numbers that do not count up through a pass are not layers of a forward pass
     gs, ge, cycle = gs[ok], ge[ok], cycle[ok]
@@ -238,7 +239,7 @@ def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.Data
     np.maximum.at(last, pos, ge)
     order = np.argsort(first, kind="stable")
     ids, first, last = ids[order], first[order], last[order]
-    end = np.r_[first[1:], last[-1]]
+    end = np.concatenate((first[1:], [last[-1]]))
     counts = np.diff(np.searchsorted(act.kernels["start_ns"], np.c_[first, end].ravel())).reshape(-1)[::2]
     typical = float(np.median(counts))
     regular = np.abs(counts - typical) <= max(1.0, 0.1 * typical)

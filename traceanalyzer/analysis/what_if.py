@@ -45,6 +45,7 @@ import pandas as pd
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
+from .frames import frame
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 from .what_if_range import profiler_weighing, step_range, upper_bounds
@@ -137,7 +138,7 @@ def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
     n_left, n_right = len(left[0]), len(right[0])
     if n_left == 0 or n_right == 0:
         return np.full(n_left, -1, dtype=np.int64)
-    keys = [np.r_[np.asarray(r, dtype=np.int64), np.asarray(lf, dtype=np.int64)]
+    keys = [np.concatenate((np.asarray(r, dtype=np.int64), np.asarray(lf, dtype=np.int64)))
             for lf, r in zip(left, right, strict=True)]
     order, first = _runs_of(*keys[::-1])  # stable: the right rows come first within a run of equal keys
     run = np.zeros(len(order), dtype=np.int64)
@@ -311,7 +312,7 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
         "launch_bound": seg_sum["launch_bound"], "collectives": seg_sum["collectives"],
     }
     # segments are in step order: each step's segments are one run
-    step_first = np.flatnonzero(np.r_[True, seg_step[1:] != seg_step[:-1]]) if len(seg_step) else first[:0]
+    step_first = np.flatnonzero(np.concatenate(([True], seg_step[1:] != seg_step[:-1]))) if len(seg_step) else first[:0]
     return seg_step[step_first], {k: (np.add.reduceat(v, step_first) if len(step_first) else v).astype(np.int64)
                                   for k, v in per_seg.items()}
 
@@ -367,7 +368,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     if with_range:
         columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
                                     columns["host_part_ns"], columns["as_profiled_ns"]))
-    steps = pd.DataFrame(columns, index=step_index)
+    steps = frame(columns, index=step_index)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
