@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceanalyzer.analysis.frames import empty_frame, frame, values
+from traceanalyzer.analysis.frames import array_of, empty_frame, frame
 
 
 def _random_columns(rng: np.random.Generator) -> dict[str, Any]:
@@ -55,12 +55,12 @@ def test_empty_frame_is_the_constructor_with_names_only() -> None:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_values_is_to_numpy(seed: int) -> None:
+def test_array_of_is_to_numpy(seed: int) -> None:
     rng = np.random.default_rng(seed)
     columns = {k: v for k, v in _random_columns(rng).items() if isinstance(v, np.ndarray)} or {"a": np.arange(3)}
     table = pd.DataFrame(columns)
     for name in table.columns:
-        got, expected = values(table, name), table[name].to_numpy()
+        got, expected = array_of(table, name), table[name].to_numpy()
         assert got.dtype == expected.dtype
         assert pd.Series(got, dtype=object).equals(pd.Series(expected, dtype=object))
         if got.dtype.kind in "biuf":  # a view of the frame's block: never writable

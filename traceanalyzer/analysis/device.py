@@ -28,7 +28,7 @@ from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
-from .frames import empty_frame, frame
+from .frames import array_of, empty_frame, frame
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
@@ -118,10 +118,10 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
 def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals],
                    hidden: iv.Intervals, exposed: iv.Intervals) -> pd.DataFrame:
     """Per step window: busy/idle, comm hidden/exposed and bucket unions inside the window."""
-    ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    ws, we = array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)
     busy = iv.measure_within(act.busy, ws, we)
     return frame({
-        "step": steps["step"].to_numpy(np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
+        "step": array_of(steps, "step", np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
         "busy_ns": busy, "idle_ns": (we - ws) - busy, "comm_ns": iv.measure_within(act.comm, ws, we),
         "comm_hidden_ns": iv.measure_within(hidden, ws, we), "comm_exposed_ns": iv.measure_within(exposed, ws, we),
         **{f"{bucket}_ns": iv.measure_within(u, ws, we) for bucket, u in sorted(sets.items())},
@@ -131,8 +131,8 @@ def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
     """The exposed-communication segments, labelled with the step and layer windows holding their start."""
     s, e = exposed
-    step_row = iv.window_of(s, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
-    step_ids = steps["step"].to_numpy()
+    step_row = iv.window_of(s, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
+    step_ids = array_of(steps, "step")
     return frame({
         "start_ns": s, "end_ns": e, "duration_ns": e - s,
         "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
@@ -162,7 +162,7 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
     kernels (the steps' own table when every kernel starts inside a step)."""
     if whole_top is None and not numbers:
         return {}, empty_frame(TOP_KERNEL_COLUMNS)
-    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    windows = iv.union(array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64))
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
     if whole_top is not None:
         top = whole_top.copy() if inside.all() else top_kernels(act, inside)

@@ -45,7 +45,7 @@ import pandas as pd
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
-from .frames import frame
+from .frames import array_of, frame
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 from .what_if_range import profiler_weighing, step_range, upper_bounds
@@ -87,9 +87,9 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
     base = frame[~frame["beside"]].groupby(keys)["dur"].median().rename("base")
     frame = frame.join(base, on=keys)
     excess = (frame["dur"] - frame["base"]).clip(lower=0).where(frame["beside"] & frame["base"].notna(), 0)
-    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
-    win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
-    step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
+    order = np.argsort(array_of(per_step, "start_ns"), kind="stable")
+    win = iv.window_of(s, array_of(per_step, "start_ns")[order], array_of(per_step, "end_ns")[order])
+    step = np.where(win >= 0, array_of(per_step, "step")[order][np.maximum(win, 0)], -1)
     out = excess.groupby(step).sum()
     return out[out.index >= 0].astype(np.int64)
 
@@ -126,10 +126,10 @@ def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Column
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
     per = cross_rank.per_collective
-    start = per[f"start_ns_r{rank}"].to_numpy(np.int64)
+    start = array_of(per, f"start_ns_r{rank}", np.int64)
     first = np.sort(np.unique(start, return_index=True)[1])  # the first row of each start, in table order
-    return {"start_ns": start[first], "transfer_ns": per["transfer_ns"].to_numpy(np.int64)[first],
-            "wait_ns": per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first]}
+    return {"start_ns": start[first], "transfer_ns": array_of(per, "transfer_ns", np.int64)[first],
+            "wait_ns": array_of(per, f"wait_ns_r{rank}", np.int64)[first]}
 
 
 def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -156,8 +156,8 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     comm = np.flatnonzero(act.kernel_is_comm)
     k = act.kernels
     coll = dev.collectives
-    start = coll["start_ns"].to_numpy(np.int64)
-    ev = _first_match((start, coll["correlation"].to_numpy(np.int64)),
+    start = array_of(coll, "start_ns", np.int64)
+    ev = _first_match((start, array_of(coll, "correlation", np.int64)),
                       (k["start_ns"][comm], k["correlation"][comm]))
     has_ev = ev >= 0
     row = comm[np.maximum(ev, 0)] if len(comm) else np.zeros(len(ev), dtype=np.int64)
@@ -181,10 +181,10 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     if not hit.all():
         own = _own_transfer(coll)
         transfer = np.where(hit, transfer, own)
-        wait = np.where(hit, wait, coll["duration_ns"].to_numpy(np.int64) - own)
+        wait = np.where(hit, wait, array_of(coll, "duration_ns", np.int64) - own)
     return {
         "start_ns": start,
-        "step": coll["step"].to_numpy(np.int64), "exposed_ns": coll["exposed_ns"].to_numpy(np.int64),
+        "step": array_of(coll, "step", np.int64), "exposed_ns": array_of(coll, "exposed_ns", np.int64),
         "launch_bound": of_kernel(host.launch_bound, False).astype(bool),
         "latency_ns": of_kernel(_dependency_latency(act, host), 0).astype(np.int64),
         "issue_start_ns": of_comm(host.issue_start_ns, -1).astype(np.int64),
@@ -204,13 +204,13 @@ def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
     only — the issue reading is the shortest issuing range inside the call, the whole call its outermost range."""
     n = len(calls)
     ids = first_id + np.arange(n, dtype=np.int64)
-    end = calls["end_ns"].to_numpy(np.int64)
+    end = array_of(calls, "end_ns", np.int64)
     zero = np.zeros(n, dtype=np.int64)
     return {
-        "start_ns": calls["start_ns"].to_numpy(np.int64), "step": calls["step"].to_numpy(np.int64),
+        "start_ns": array_of(calls, "start_ns", np.int64), "step": array_of(calls, "step", np.int64),
         "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero,
-        "issue_start_ns": end - calls["issue_ns"].to_numpy(np.int64), "issue_end_ns": end, "op": ids,
-        "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": calls["start_ns"].to_numpy(np.int64),
+        "issue_start_ns": end - array_of(calls, "issue_ns", np.int64), "issue_end_ns": end, "op": ids,
+        "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": array_of(calls, "start_ns", np.int64),
         "call_end_ns": end, "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero,
         "wait_ns": zero}
 
@@ -218,10 +218,10 @@ def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
 def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
     """Transfer time of each instance from this rank alone: the 10th percentile of the durations of the same
     collective (kind, size, kernel) — its fastest instances are those where this rank arrived last."""
-    dur = coll["duration_ns"].to_numpy(np.int64)
+    dur = array_of(coll, "duration_ns", np.int64)
     if len(coll) == 0:
         return np.zeros(0, dtype=np.int64)
-    codes = [pd.factorize(coll[k].to_numpy())[0] for k in ("kind", "bytes", "name") if k in coll]
+    codes = [pd.factorize(array_of(coll, k))[0] for k in ("kind", "bytes", "name") if k in coll]
     order, first = _runs_of(*codes) if codes else (np.arange(len(dur)), np.zeros(1, dtype=np.int64))
     fast = np.empty(len(dur), dtype=np.float64)
     for lo, hi in zip(first.tolist(), [*first[1:].tolist(), len(order)], strict=True):
@@ -338,7 +338,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     # host work slowed right after each call, counted with the call's own host time (the first call of a start)
     rows["slowed_ns"] = np.zeros(len(rows["call_op"]), dtype=np.int64)
     if calls is not None and len(calls):
-        row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (calls["start_ns"].to_numpy(),)),
+        row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (array_of(calls, "start_ns"),)),
                        -1)
         slowed_after = host_slowed_after_calls(trace, act, calls)
         rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)], 0)
@@ -381,10 +381,10 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     }
     per_step = dev.per_step
     if len(per_step) and {"duration_ns", "idle_ns"} <= set(per_step.columns):
-        duration = per_step["duration_ns"].to_numpy(np.float64)
-        idle = per_step["idle_ns"].to_numpy(np.float64)[duration > 0] / duration[duration > 0]
+        duration = array_of(per_step, "duration_ns", np.float64)
+        idle = array_of(per_step, "idle_ns", np.float64)[duration > 0] / duration[duration > 0]
         evidence["gpu_idle_pct"] = round(100.0 * float(np.median(idle)), 1) if len(idle) else None
-        evidence["step_ns"] = int(np.median(per_step["duration_ns"].to_numpy()))
+        evidence["step_ns"] = int(np.median(array_of(per_step, "duration_ns")))
     return steps, evidence
 
 
@@ -516,16 +516,16 @@ def _by_rank_tables(stepped: dict[int, pd.DataFrame]
     index = frames[0].index
     if all(f.index.equals(index) for f in frames[1:]) and index.is_unique:
         names = pd.Index(list(stepped), dtype=np.int64)
-        own = np.column_stack([f["own_ns"].to_numpy() for f in frames])
+        own = np.column_stack([array_of(f, "own_ns") for f in frames])
         keep = ~np.isnan(own).any(axis=1) if own.dtype.kind == "f" else np.ones(len(index), dtype=bool)
 
         def table(values: np.ndarray) -> pd.DataFrame:
             return pd.DataFrame(values[keep], index=index[keep], columns=names)
 
         def stacked(column: str) -> np.ndarray:
-            return np.column_stack([f[column].to_numpy() for f in frames])
+            return np.column_stack([array_of(f, column) for f in frames])
 
-        host = np.column_stack([f["host_part_ns"].to_numpy() * (1 - f["gpu_weight"].to_numpy()) for f in frames])
+        host = np.column_stack([array_of(f, "host_part_ns") * (1 - array_of(f, "gpu_weight")) for f in frames])
         return table(own), table(stacked("wait_ns")), table(host), table(stacked("issue_only_own_ns"))
     own_t = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna()
     wait_t = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own_t.index)

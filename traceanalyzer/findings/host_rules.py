@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, Summary
 from .context import (
     FindingContext,
@@ -106,7 +107,7 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
         calls = ev.host_only_calls
         if not len(calls):
             continue
-        step = step_index(dev, calls["after_ns"].to_numpy(np.int64))
+        step = step_index(dev, array_of(calls, "after_ns", np.int64))
         took = (calls["end_ns"] - calls["start_ns"]).to_numpy(np.int64)
         host = per_step_median(ctx.steps(dev), step, took)
         idle = int(dev.per_step["idle_ns"].median()) if "idle_ns" in dev.per_step else host
