@@ -403,7 +403,8 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
     if len(steps) == 0:
         return {**evidence, "note": "no collective inside a step window"}
     medians = np.median(steps.to_numpy(np.float64), axis=0)  # every column is numeric
-    med = dict(zip(_DETAIL_COLUMNS, medians[steps.columns.get_indexer(list(_DETAIL_COLUMNS))].tolist(), strict=True))
+    position = {name: i for i, name in enumerate(steps.columns)}
+    med = {name: float(medians[position[name]]) for name in _DETAIL_COLUMNS}
     return {
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
@@ -418,7 +419,7 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         "collectives_per_step": int(med["collectives"]),
         "launch_bound_collectives_per_step": float(med["launch_bound"]),
         "bound": {"host_launch": "host", "gpu_transfer": "gpu", "mixed": "mixed"}[
-            _basis(int(steps["host_part_ns"].sum()), int(steps["own_ns"].sum()))],
+            _basis(int(array_of(steps, "host_part_ns").sum()), int(array_of(steps, "own_ns").sum()))],
     }
 
 
