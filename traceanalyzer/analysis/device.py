@@ -154,12 +154,14 @@ def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | N
 
 
 def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals], order: tuple[str, ...],
-             whole_top: pd.DataFrame | None, numbers: bool = True) -> tuple[dict[str, Any], pd.DataFrame]:
+             whole_top: pd.DataFrame | None, numbers: bool = True, whole_exclusive: dict[str, int] | None = None
+             ) -> tuple[dict[str, Any], pd.DataFrame]:
     """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
     window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
     starting inside a step, each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``;
     without ``whole_top`` (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's
-    kernels (the steps' own table when every kernel starts inside a step)."""
+    kernels (the steps' own table when every kernel starts inside a step); ``whole_exclusive``: :func:`_exclusive`
+    of the whole device, when already computed (the steps' own split when one window spans the device)."""
     if whole_top is None and not numbers:
         return {}, empty_frame(TOP_KERNEL_COLUMNS)
     windows = iv.union(array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64))
@@ -178,8 +180,11 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
     whole_span = len(windows[0]) == 1 and (int(windows[0][0]), int(windows[1][0])) == act.span
     busy = act.busy if whole_span else iv.intersect(act.busy, windows)
     busy_ns = iv.lengths_sum(busy)
-    exclusive = _exclusive(busy, sets if whole_span else {b: iv.intersect(u, windows) for b, u in sets.items()},
-                           order)
+    if whole_span and whole_exclusive is not None:
+        exclusive = whole_exclusive
+    else:
+        exclusive = _exclusive(busy, sets if whole_span else {b: iv.intersect(u, windows) for b, u in sets.items()},
+                               order)
     return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
             "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
             "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top
@@ -241,12 +246,14 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     per_step = per_step_table(act, steps, sets, hidden, exposed)
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
     whole_top = None if "top_kernels" in skip else top_kernels(act)
-    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top, numbers="in_steps" not in skip)
+    exclusive = None if "bucket_exclusive" in skip else _exclusive(act.busy, sets, order)
+    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top, numbers="in_steps" not in skip,
+                                      whole_exclusive=exclusive)
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
         bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
-        bucket_exclusive_ns={} if "bucket_exclusive" in skip else _exclusive(act.busy, sets, order),
+        bucket_exclusive_ns={} if exclusive is None else exclusive,
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
