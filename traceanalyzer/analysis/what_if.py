@@ -70,15 +70,16 @@ def _basis(host: int, total: int) -> str:
     return "host_launch" if share >= HOST_SHARE else "gpu_transfer" if share <= 1 - HOST_SHARE else "mixed"
 
 
-def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
-    """Per step: how much longer compute kernels ran while communication ran beside them (ns).
+def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None:
+    """Per step: how much longer compute kernels ran while communication ran beside them (ns); None where no
+    compute kernel ran, no communication, or no step.
 
     Baseline: the median duration of the same kernel (name, grid, block) when nothing communicated beside it;
     only kernels with such a baseline count, and only the excess (never a speed-up)."""
     k = act.kernels
     compute = ~act.kernel_is_comm
     if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
-        return pd.Series(dtype=np.int64)
+        return None
     s, e = k["start_ns"][compute], k["end_ns"][compute]
     beside = iv.measure_within(act.comm, s, e) > 0
     frame = pd.DataFrame({"name": k["name_id"][compute], "grid": k["grid"][compute],
@@ -347,9 +348,10 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    step_index = pd.Index(idx, dtype=np.int64, name="step")
+    step_index = pd.Index(idx if idx.dtype == np.int64 else idx.astype(np.int64), name="step")
     by_step = _contention(act, dev.per_step)
-    slowed = by_step.reindex(step_index).fillna(0).to_numpy() if len(by_step) else np.zeros(len(idx))
+    slowed = by_step.reindex(step_index).fillna(0).to_numpy() if by_step is not None and len(by_step) \
+        else np.zeros(len(idx))
     busy = saving["transfer_ns"] + saving["wait_ns"]
     share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
