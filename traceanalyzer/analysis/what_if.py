@@ -358,8 +358,9 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     columns = {**saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
                "as_profiled_ns": saving["saving_ns"] + contention}
     if with_range:
+        # the whole calls without the CPU work slowed after them: the same rows as ``saving``'s where none was
         calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(rows["call_op"]), dtype=np.int64)}, host,
-                                      whole_call=True)[1]
+                                      whole_call=True)[1] if rows["slowed_ns"].any() else saving
         columns["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
     columns["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
     columns["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
