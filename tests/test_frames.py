@@ -25,6 +25,8 @@ def _random_columns(rng: np.random.Generator) -> dict[str, Any]:
         lambda: np.full(n, "", dtype=object),
         lambda: "source",  # scalars are broadcast
         lambda: int(rng.integers(0, 9)),
+        lambda: None,
+        lambda: [int(x) for x in rng.integers(0, 5, n)],  # not an array: the constructor itself
     ]
     return {f"c{i}": makers[int(rng.integers(0, len(makers)))]() for i in range(int(rng.integers(1, 12)))}
 
@@ -46,6 +48,12 @@ def test_frame_is_the_constructor(seed: int) -> None:
         if isinstance(v, np.ndarray) and len(v) and v.dtype.kind in "if":
             v[0] = 3
     pd.testing.assert_frame_equal(got, expected, check_index_type=True, check_column_type=True)
+
+
+def test_frames_share_no_column_index() -> None:
+    first, second = frame({"a": np.arange(2)}), frame({"a": np.arange(3)})
+    first.columns.name = "renamed"
+    assert second.columns.name is None
 
 
 def test_empty_frame_is_the_constructor_with_names_only() -> None:
