@@ -52,11 +52,13 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
              int_expr(table_cols, "correlationId"), int_expr(table_cols, "nameId")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
-    kept: list[_Columns] = [{"row": np.empty(0, dtype=np.int64), **{k: np.empty(0, dtype=t) for k, t in fields}}]
-    starts: list[_Columns] = [{"start_ns": np.empty(0, dtype=np.int64), "pid": np.empty(0, dtype=np.int32)}]
+    expected = ctx.counts.get(RUNTIME, 0)
+    # outputs preallocated at their largest size and filled in place: no per-chunk parts to concatenate, and the
+    # rows never kept leave their pages untouched (a large np.empty is mapped, not resident, until written)
+    kept = _Filled([("row", "i8"), *fields], expected)
+    starts = _Filled([("start_ns", "i8"), ("pid", "i4")], expected)
     negative = beyond = row = 0
-    for chunk in table_chunks(ctx.conn, RUNTIME, exprs, fields, ctx.tick, plain=ctx.plain,
-                              expected=ctx.counts.get(RUNTIME, 0),
+    for chunk in table_chunks(ctx.conn, RUNTIME, exprs, fields, ctx.tick, plain=ctx.plain, expected=expected,
                               sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"]):
         s, e = chunk["start_ns"], chunk["end_ns"]
         bad_order = e < s
@@ -67,37 +69,47 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
         rows = row + np.flatnonzero(ok)
         row += len(s)
         chunk = {k: v[ok] for k, v in chunk.items()}
-        starts.append({"start_ns": chunk["start_ns"], "pid": chunk["pid"].astype(np.int32)})
+        starts.append({"start_ns": chunk["start_ns"], "pid": chunk["pid"]})
         pos = np.minimum(np.searchsorted(launched, chunk["correlation"]), max(len(launched) - 1, 0))
         keep = (launched[pos] == chunk["correlation"]) if len(launched) else np.zeros(len(rows), dtype=bool)
         keep |= np.isin(chunk["name_sid"], names)
         issue.offer(chunk, rows)
         kept.append({"row": rows[keep], **{k: v[keep] for k, v in chunk.items()}})
+    api = kept.columns()
     ends = issue.rows()
     if len(ends["row"]):  # those not kept already, merged in table order
-        taken = np.concatenate([p["row"] for p in kept])  # increasing
+        taken = api["row"]  # increasing
         pos = np.minimum(np.searchsorted(taken, ends["row"]), max(len(taken) - 1, 0))
         new = taken[pos] != ends["row"] if len(taken) else np.ones(len(ends["row"]), dtype=bool)
-        kept.append({k: v[new] for k, v in ends.items()})
-    api = _concat_consumed(kept)
-    row_of = api.pop("row")
-    if len(row_of) > 1 and not bool((row_of[1:] >= row_of[:-1]).all()):  # range ends appended: back in row order
-        order = np.argsort(row_of, kind="stable")
-        for k in list(api):
-            api[k] = api[k][order]
+        at = np.searchsorted(taken, ends["row"][new])
+        for k in list(api):  # one column at a time
+            api[k] = np.insert(api.pop(k), at, ends[k][new])
+    del api["row"]
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
-    every = _concat_consumed(starts)
-    return sorted_by_start(api), every, {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+    return sorted_by_start(api), starts.columns(), {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
 
 
-def _concat_consumed(parts: list[_Columns]) -> _Columns:
-    """The parts' columns concatenated, each part's column released as soon as it is copied (one column's
-    worth of temporary, not a second copy of every part)."""
-    out = {}
-    for key in list(parts[0]):
-        out[key] = np.concatenate([p.pop(key) for p in parts])
-    parts.clear()
-    return out
+class _Filled:
+    """Columns preallocated for ``capacity`` rows and filled from the front, part by part (grown by
+    concatenation only when a live file holds more rows than it counted)."""
+
+    def __init__(self, fields: list[tuple[str, str]], capacity: int) -> None:
+        self._cols = {name: np.empty(max(capacity, 0), dtype=dtype) for name, dtype in fields}
+        self._n = 0
+
+    def append(self, part: _Columns) -> None:
+        """Copy ``part``'s columns (same names) after the rows filled so far."""
+        k = len(next(iter(part.values())))
+        n = self._n
+        if n + k > len(next(iter(self._cols.values()))):
+            self._cols = {name: np.concatenate([a[:n], np.empty(max(k, n), a.dtype)]) for name, a in self._cols.items()}
+        for name, a in self._cols.items():
+            a[n:n + k] = part[name]
+        self._n = n + k
+
+    def columns(self) -> _Columns:
+        """The filled rows (views)."""
+        return {name: a[:self._n] for name, a in self._cols.items()}
 
 
 def _selected_name_ids(ctx: ReadContext) -> list[int]:
