@@ -13,6 +13,7 @@ from conftest import FIXTURES, SHARED
 
 from traceanalyzer.analysis.host_issue import api_span_within, issue_ranges
 from traceanalyzer.api import load
+from traceanalyzer.call_starts import decoded
 from traceanalyzer.loaders import SUMMARY_TABLES, nsys_sql
 from traceanalyzer.pipeline import summarize
 
@@ -59,10 +60,13 @@ def test_chunk_boundaries_do_not_change_the_rows(monkeypatch: pytest.MonkeyPatch
     big = load(SERIAL, tables=SUMMARY_TABLES, classify=False)
     monkeypatch.setattr(nsys_sql, "CONCAT_ROWS", 97)
     small = load(SERIAL, tables=SUMMARY_TABLES, classify=False)
-    for name in ("api_calls", "api_starts", "kernels"):
+    for name in ("api_calls", "kernels"):
         a, b = big.tables[name], small.tables[name]
         assert a.columns.keys() == b.columns.keys()
         assert all(np.array_equal(a[c], b[c]) for c in a.columns), name
+    for rank in (0, 1):  # every call's start: other blocks, the same starts
+        starts = [np.sort(decoded(t.tables["api_start_blocks"], t.api_starts["offset_ns"], rank)) for t in (big, small)]
+        assert np.array_equal(*starts) and len(starts[0]) > 1000
 
 
 def test_impossible_api_rows_are_counted_as_when_all_are_read(tmp_path: Path) -> None:
@@ -78,7 +82,8 @@ def test_impossible_api_rows_are_counted_as_when_all_are_read(tmp_path: Path) ->
     assert whole.capabilities["dropped_rows"]["api_calls"]["beyond_capture"] > 0
     assert [w for w in whole.warnings if "api_calls" in w] == [w for w in part.warnings if "api_calls" in w] != []
     assert len(part.api_starts) == len(whole.api_calls)
-    assert np.array_equal(np.sort(part.api_starts["start_ns"]), np.sort(whole.api_calls["start_ns"]))
+    every = decoded(part.tables["api_start_blocks"], part.api_starts["offset_ns"])
+    assert np.array_equal(np.sort(every), np.sort(whole.api_calls["start_ns"]))
 
 
 def test_a_value_that_is_not_an_integer_is_named_as_before(tmp_path: Path) -> None:

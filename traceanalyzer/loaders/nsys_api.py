@@ -8,8 +8,8 @@ The runtime table is an export's biggest (4–5 rows per kernel). It is read onc
   synchronising, graph launches), and for each outermost CPU range issuing a collective
   (:data:`~traceanalyzer.api_names.ISSUE_OP`) the first call starting in it and the one ending last among the
   calls overlapping it: all that ``host_issue.api_span_within`` reads of the calls such a range makes;
-* in ``api_starts``: the start and rank of every call (the profiler's recorded host events, which the what-if
-  counts per step).
+* in ``api_starts`` and ``api_start_blocks``: the start of every call, 4 bytes each (:mod:`~traceanalyzer.call_starts`;
+  the profiler's recorded host events, which the what-if counts per step).
 
 Rows that cannot be true are left out and counted with :mod:`.sanity`'s rule (end before start; beyond the
 capture, whose bounds come from the GPU activity already read), so its warning names the same numbers as when
@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..api_names import ISSUE_OP, SELECTED_API_NAMES
+from ..call_starts import start_blocks
 from ..trace import StringPool
 from .nsys_sql import sorted_by_start, table_chunks
 from .nsys_tables import PID_SQL, RUNTIME, TID_SQL, ReadContext, int_expr, read_api_calls, strip_api_version
@@ -33,17 +34,19 @@ _NONE = np.iinfo(np.int64).max
 _Columns = dict[str, np.ndarray]
 
 
-def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[_Columns, _Columns, dict[str, int]]:
-    """(``api_calls`` of the rows a summary reads, ``api_starts`` of every call with its ``pid``, counts of the
-    rows left out as impossible plus ``rows``, the calls read). ``cols``: the tables already read (kernels,
-    memops, ranges). Without GPU activity to bound the capture, every row is read (``api_starts`` empty, ``{}``)."""
+def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
+                          ) -> tuple[_Columns, _Columns, _Columns, dict[str, int]]:
+    """(``api_calls`` of the rows a summary reads; ``api_starts`` and ``api_start_blocks``, every call's start
+    (:mod:`~traceanalyzer.call_starts`; blocks by ``pid``); counts of the rows left out as impossible plus
+    ``rows``, the calls read). ``cols``: the tables already read (kernels, memops, ranges). Without GPU activity
+    to bound the capture, every row is read (no starts, ``{}``)."""
     table_cols = ctx.schema.cols(RUNTIME)
     if not table_cols:
-        return {}, {}, {}
+        return {}, {}, {}, {}
     bounds = capture_bounds([cols[t]["start_ns"] for t in ("kernels", "memops") if cols.get(t)])
     issue = _IssueRanges.of(ctx.pool, cols.get("ranges") or {}, bounds) if bounds is not None else None
     if bounds is None or issue is None:
-        return read_api_calls(ctx), {}, {}
+        return read_api_calls(ctx), {}, {}, {}
     lo, hi, _ = bounds
     launched = np.sort(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]))
     launched = launched[np.searchsorted(launched, 0):]  # -1: no correlation
@@ -56,7 +59,8 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
     # outputs preallocated at their largest size and filled in place: no per-chunk parts to concatenate, and the
     # rows never kept leave their pages untouched (a large np.empty is mapped, not resident, until written)
     kept = _Filled([("row", "i8"), *fields], expected)
-    starts = _Filled([("start_ns", "i8"), ("pid", "i4")], expected)
+    offsets = _Filled([("offset_ns", "i4")], expected)  # every call's start, 4 bytes each (.call_starts)
+    blocks: list[_Columns] = []
     negative = beyond = row = 0
     for chunk in table_chunks(ctx.conn, RUNTIME, exprs, fields, ctx.tick, plain=ctx.plain, expected=expected,
                               sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"]):
@@ -68,25 +72,34 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
         ok = ~(bad_order | outside)
         rows = row + np.flatnonzero(ok)
         row += len(s)
-        chunk = {k: v[ok] for k, v in chunk.items()}
-        starts.append({"start_ns": chunk["start_ns"], "pid": chunk["pid"]})
+        if not ok.all():
+            chunk = {k: v[ok] for k, v in chunk.items()}
+        block, offset = start_blocks(chunk["start_ns"], chunk["pid"], offsets.rows)
+        blocks.append(block)
+        offsets.append({"offset_ns": offset})
         pos = np.minimum(np.searchsorted(launched, chunk["correlation"]), max(len(launched) - 1, 0))
         keep = (launched[pos] == chunk["correlation"]) if len(launched) else np.zeros(len(rows), dtype=bool)
         keep |= np.isin(chunk["name_sid"], names)
         issue.offer(chunk, rows)
-        kept.append({"row": rows[keep], **{k: v[keep] for k, v in chunk.items()}})
+        kept.append_rows(np.flatnonzero(keep), {"row": rows, **chunk})
     api = kept.columns()
     ends = issue.rows()
     if len(ends["row"]):  # those not kept already, merged in table order
         taken = api["row"]  # increasing
         pos = np.minimum(np.searchsorted(taken, ends["row"]), max(len(taken) - 1, 0))
         new = taken[pos] != ends["row"] if len(taken) else np.ones(len(ends["row"]), dtype=bool)
-        at = np.searchsorted(taken, ends["row"][new])
-        for k in list(api):  # one column at a time
-            api[k] = np.insert(api.pop(k), at, ends[k][new])
+        added = ends["row"][new]
+        # merged by row: where each row of (kept, added) goes, then one column at a time
+        order = np.empty(len(taken) + len(added), dtype=np.int64)
+        order[np.arange(len(taken)) + np.searchsorted(added, taken)] = np.arange(len(taken))
+        order[np.arange(len(added)) + np.searchsorted(taken, added)] = np.arange(len(taken), len(order))
+        for k in list(api):
+            api[k] = np.concatenate([api.pop(k), ends[k][new]]).take(order)
     del api["row"]
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
-    return sorted_by_start(api), starts.columns(), {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+    starts = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]} if blocks else {}
+    checked = {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+    return sorted_by_start(api), offsets.columns(), starts, checked
 
 
 class _Filled:
@@ -106,6 +119,21 @@ class _Filled:
         for name, a in self._cols.items():
             a[n:n + k] = part[name]
         self._n = n + k
+
+    def append_rows(self, index: np.ndarray, part: _Columns) -> None:
+        """Copy rows ``index`` of ``part``'s columns after the rows filled so far (no temporary per column)."""
+        k, n = len(index), self._n
+        if n + k > len(next(iter(self._cols.values()))):
+            self.append({name: column[index] for name, column in part.items()})
+            return
+        for name, a in self._cols.items():
+            np.take(part[name], index, out=a[n:n + k])
+        self._n = n + k
+
+    @property
+    def rows(self) -> int:
+        """Rows filled so far."""
+        return self._n
 
     def columns(self) -> _Columns:
         """The filled rows (views)."""

@@ -206,7 +206,8 @@ def table_chunks(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fie
     if not plain or any(np.dtype(t).kind != "i" for _, t in fields):
         yield fetch_columns(conn, sql, fields, expected, tick, params, table=table, sources=sources)
         return
-    lo, hi = conn.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+    # two subqueries: each is one b-tree descent, where MIN and MAX in one SELECT scan the whole table
+    lo, hi = conn.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), (SELECT MAX(rowid) FROM {table})").fetchone()
     chunk_sql = (f"SELECT COUNT(*), {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
                  f"WHERE rowid >= ? AND rowid < ? AND {cond}")
     n = 0
