@@ -99,3 +99,22 @@ def test_a_value_that_is_not_an_integer_is_named_as_before(tmp_path: Path) -> No
         conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x' WHERE rowid = 7")
     with pytest.raises(CorruptFileError, match=r"CUPTI_ACTIVITY_KIND_RUNTIME\.correlationId.*row 7 read"):
         load(path, tables=SUMMARY_TABLES, classify=False)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rows_merged_in_place_are_the_sorted_union(seed: int) -> None:
+    """The kept API rows and the range-end rows found after the pass, merged by row number in the kept rows' own
+    buffer (any block size, with or without spare room), equal sorting the union."""
+    from traceanalyzer.loaders.nsys_api import _Filled
+
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(10_000, size=3000, replace=False))
+    mine = rows[rng.random(len(rows)) < 0.8]
+    added = np.setdiff1d(rows, mine)
+    for capacity, block in ((len(rows), 7), (len(mine), 1000), (10_000, 1 << 20)):
+        filled = _Filled([("row", "i8"), ("value", "i4")], capacity)
+        for part in np.array_split(mine, 5):
+            filled.append({"row": part, "value": (part * 3).astype(np.int32)})
+        filled.merge_rows("row", {"row": added, "value": (added * 3).astype(np.int32)}, block=block)
+        got = filled.columns()
+        assert np.array_equal(got["row"], rows) and np.array_equal(got["value"], rows * 3)

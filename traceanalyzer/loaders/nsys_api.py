@@ -82,19 +82,13 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
         keep |= np.isin(chunk["name_sid"], names)
         issue.offer(chunk, rows)
         kept.append_rows(np.flatnonzero(keep), {"row": rows, **chunk})
-    api = kept.columns()
     ends = issue.rows()
     if len(ends["row"]):  # those not kept already, merged in table order
-        taken = api["row"]  # increasing
+        taken = kept.columns()["row"]  # increasing
         pos = np.minimum(np.searchsorted(taken, ends["row"]), max(len(taken) - 1, 0))
         new = taken[pos] != ends["row"] if len(taken) else np.ones(len(ends["row"]), dtype=bool)
-        added = ends["row"][new]
-        # merged by row: where each row of (kept, added) goes, then one column at a time
-        order = np.empty(len(taken) + len(added), dtype=np.int64)
-        order[np.arange(len(taken)) + np.searchsorted(added, taken)] = np.arange(len(taken))
-        order[np.arange(len(added)) + np.searchsorted(taken, added)] = np.arange(len(taken), len(order))
-        for k in list(api):
-            api[k] = np.concatenate([api.pop(k), ends[k][new]]).take(order)
+        kept.merge_rows("row", {k: v[new] for k, v in ends.items()})
+    api = kept.columns()
     del api["row"]
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
     starts = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]} if blocks else {}
@@ -115,7 +109,7 @@ class _Filled:
         k = len(next(iter(part.values())))
         n = self._n
         if n + k > len(next(iter(self._cols.values()))):
-            self._cols = {name: np.concatenate([a[:n], np.empty(max(k, n), a.dtype)]) for name, a in self._cols.items()}
+            self._reserve(n + max(k, n))
         for name, a in self._cols.items():
             a[n:n + k] = part[name]
         self._n = n + k
@@ -129,6 +123,28 @@ class _Filled:
         for name, a in self._cols.items():
             np.take(part[name], index, out=a[n:n + k])
         self._n = n + k
+
+    def merge_rows(self, key: str, part: _Columns, block: int = 1 << 20) -> None:
+        """Merge ``part``'s rows in among those filled, both increasing in column ``key`` (``part`` holds no
+        value of it that the rows filled do), in place: the rows filled move right, ``block`` rows at a time
+        from the last, to where ``part``'s rows before them leave room. Only a block's worth of temporary."""
+        n, m = self._n, len(part[key])
+        self._reserve(n + m)
+        keys, added = self._cols[key], part[key]
+        at = np.arange(m) + np.searchsorted(keys[:n], added)  # where part's rows go
+        for hi in range(n, 0, -block):  # from the right: a block never lands on rows still to move
+            lo = max(hi - block, 0)
+            to = np.arange(lo, hi) + np.searchsorted(added, keys[lo:hi])
+            for column in self._cols.values():
+                column[to] = column[lo:hi].copy()
+        for name, column in self._cols.items():
+            column[at] = part[name]
+        self._n = n + m
+
+    def _reserve(self, rows: int) -> None:
+        if rows > len(next(iter(self._cols.values()))):
+            self._cols = {name: np.concatenate([a[:self._n], np.empty(rows - self._n, a.dtype)])
+                          for name, a in self._cols.items()}
 
     @property
     def rows(self) -> int:

@@ -364,14 +364,15 @@ def intern_string_ids(conn: sqlite3.Connection, pool: StringPool, arrays: Sequen
         pool_ids = _pool_ids(conn, pool, uniq, transform, has_string_table)
         bounds = np.cumsum([len(a) for a in arrays])[:-1]
         return list(np.split(pool_ids[inverse.reshape(-1)], bounds))
-    # StringIds ids are dense: distinct ids and the id → pool-id map are O(n) lookup arrays (offset 1 for -1)
+    # StringIds ids are dense: distinct ids and the id → pool-id map are O(n) lookup arrays, indexed by the ids
+    # themselves (no shifted copy of a column): -1 lands on the last slot, kept for it
     seen = np.zeros(highest + 2, dtype=bool)
     for a in arrays:
-        seen[a + 1] = True
-    uniq = np.flatnonzero(seen) - 1
+        seen[a] = True
+    uniq = np.flatnonzero(seen[:-1])
     lookup = np.full(highest + 2, -1, dtype=np.int32)
-    lookup[uniq + 1] = _pool_ids(conn, pool, uniq, transform, has_string_table)
-    return [lookup[a + 1] for a in arrays]
+    lookup[uniq] = _pool_ids(conn, pool, uniq, transform, has_string_table)
+    return [lookup[a] for a in arrays]
 
 
 def _pool_ids(conn: sqlite3.Connection, pool: StringPool, uniq: np.ndarray,
