@@ -24,7 +24,7 @@ from ..api_names import ISSUE_OP, SELECTED_API_NAMES
 from ..call_starts import start_blocks
 from ..trace import StringPool
 from .nsys_sql import sorted_by_start, table_chunks
-from .nsys_tables import PID_SQL, RUNTIME, TID_SQL, ReadContext, int_expr, read_api_calls, strip_api_version
+from .nsys_tables import RUNTIME, ReadContext, int_expr, read_api_calls, strip_api_version
 from .sanity import capture_bounds
 
 #: Words every name of :data:`SELECTED_API_NAMES` contains (an SQL ``LIKE`` pre-filter of StringIds).
@@ -51,8 +51,10 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
     launched = np.sort(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]))
     launched = launched[np.searchsorted(launched, 0):]  # -1: no correlation
     names = np.asarray(_selected_name_ids(ctx), dtype=np.int64)
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL,
-             int_expr(table_cols, "correlationId"), int_expr(table_cols, "nameId")]
+    # globalTid read once and split here (PID_SQL, TID_SQL): one column less to format and parse
+    exprs = ["start", 'IFNULL("end", start)', "IFNULL(globalTid, 0)", int_expr(table_cols, "correlationId"),
+             int_expr(table_cols, "nameId")]
+    read = [("start_ns", "i8"), ("end_ns", "i8"), ("global_tid", "i8"), ("correlation", "i8"), ("name_sid", "i8")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
     expected = ctx.counts.get(RUNTIME, 0)
@@ -62,8 +64,11 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
     offsets = _Filled([("offset_ns", "i4")], expected)  # every call's start, 4 bytes each (.call_starts)
     blocks: list[_Columns] = []
     negative = beyond = row = 0
-    for chunk in table_chunks(ctx.conn, RUNTIME, exprs, fields, ctx.tick, plain=ctx.plain, expected=expected,
-                              sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"]):
+    for chunk in table_chunks(ctx.conn, RUNTIME, exprs, read, ctx.tick, plain=ctx.plain, expected=expected,
+                              sources=["start", "end", "globalTid", "correlationId", "nameId"]):
+        global_tid = chunk.pop("global_tid")
+        chunk = {"start_ns": chunk["start_ns"], "end_ns": chunk["end_ns"], "pid": (global_tid >> 24) & 0xFFFFFF,
+                 "tid": global_tid & 0xFFFFFF, "correlation": chunk["correlation"], "name_sid": chunk["name_sid"]}
         s, e = chunk["start_ns"], chunk["end_ns"]
         bad_order = e < s
         outside = ((s < lo) | (s > hi) | (e > hi) | (e < lo)) & ~bad_order
