@@ -118,3 +118,18 @@ def test_rows_merged_in_place_are_the_sorted_union(seed: int) -> None:
         filled.merge_rows("row", {"row": added, "value": (added * 3).astype(np.int32)}, block=block)
         got = filled.columns()
         assert np.array_equal(got["row"], rows) and np.array_equal(got["value"], rows * 3)
+
+
+@pytest.mark.parametrize("spread", [10, 10**12])
+def test_launch_lookup_is_membership(spread: int) -> None:
+    """A call is a launch when its correlation id is one of the GPU activity's: by table (dense ids) or by
+    binary search (sparse ids), the same as np.isin; -1 and ids past the largest are not."""
+    from traceanalyzer.loaders.nsys_api import _Launches
+
+    rng = np.random.default_rng(spread % 97)
+    launched = np.r_[rng.integers(0, 1000 * spread, size=2000), -1, -1]
+    calls = np.r_[rng.choice(launched, size=3000), rng.integers(-3, 1000 * spread + 5, size=3000), -1]
+    lookup = _Launches(launched, len(calls))
+    assert (lookup.table is not None) == (spread == 10)
+    assert np.array_equal(lookup(calls), np.isin(calls, launched[launched >= 0]))
+    assert not _Launches(np.array([-1]), 5)(np.array([-1, 0, 3])).any()

@@ -48,8 +48,8 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
     if bounds is None or issue is None:
         return read_api_calls(ctx), {}, {}, {}
     lo, hi, _ = bounds
-    launched = np.sort(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]))
-    launched = launched[np.searchsorted(launched, 0):]  # -1: no correlation
+    is_launch = _Launches(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]),
+                          ctx.counts.get(RUNTIME, 0))
     names = np.asarray(_selected_name_ids(ctx), dtype=np.int64)
     # globalTid read once and split here (PID_SQL, TID_SQL): one column less to format and parse
     exprs = ["start", 'IFNULL("end", start)', "IFNULL(globalTid, 0)", int_expr(table_cols, "correlationId"),
@@ -82,8 +82,7 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
         block, offset = start_blocks(chunk["start_ns"], chunk["pid"], offsets.rows)
         blocks.append(block)
         offsets.append({"offset_ns": offset})
-        pos = np.minimum(np.searchsorted(launched, chunk["correlation"]), max(len(launched) - 1, 0))
-        keep = (launched[pos] == chunk["correlation"]) if len(launched) else np.zeros(len(rows), dtype=bool)
+        keep = is_launch(chunk["correlation"])
         keep |= np.isin(chunk["name_sid"], names)
         issue.offer(chunk, rows)
         kept.append_rows(np.flatnonzero(keep), {"row": rows, **chunk})
@@ -99,6 +98,30 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
     starts = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]} if blocks else {}
     checked = {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
     return sorted_by_start(api), offsets.columns(), starts, checked
+
+
+class _Launches:
+    """Whether a call's correlation id is one of ``launched`` (the GPU activity's; ``-1`` for none): a lookup
+    table indexed by the id when ids are dense (one gather per call), else a binary search."""
+
+    def __init__(self, launched: np.ndarray, calls: int) -> None:
+        launched = launched[launched >= 0]
+        top = int(launched.max()) if len(launched) else -1
+        self.table: np.ndarray | None = None
+        self.sorted = np.empty(0, dtype=np.int64)
+        if top <= 4 * max(calls, len(launched)) + (1 << 20):
+            self.table = np.zeros(top + 2, dtype=bool)  # the last slot, False, takes -1 and every id past top
+            self.table[launched] = True
+        else:
+            self.sorted = np.unique(launched)
+
+    def __call__(self, correlation: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[np.clip(correlation, -1, len(self.table) - 1)]
+        if not len(self.sorted):
+            return np.zeros(len(correlation), dtype=bool)
+        pos = np.minimum(np.searchsorted(self.sorted, correlation), len(self.sorted) - 1)
+        return self.sorted[pos] == correlation
 
 
 class _Filled:
