@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from .detect import ProgressFn
 
 FETCH_ROWS = 65536  # rows per fetchmany chunk: bounds the Python-tuple working set
 CONCAT_ROWS = 131072  # rowids per group_concat chunk of :func:`fetch_table` (a few MB of text per column)
-_T = TypeVar("_T")
 _IN_BATCH = 900  # ids per "IN (...)" query, below SQLite's historical 999-variable limit
 
 
@@ -214,13 +213,12 @@ def table_chunks(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fie
     n = 0
     spans = [(first, first + CONCAT_ROWS) for first in range(int(lo), int(hi) + 1, CONCAT_ROWS)] \
         if lo is not None else []
-    def parsed(row: tuple[Any, ...]) -> tuple[int, dict[str, np.ndarray] | None]:
-        k = int(row[0])
-        return k, _parse_concat(row[1:], fields, k) if k else None
-
-    for rowids, (k, part) in read_ahead(conn, chunk_sql, spans, params, parsed):
+    for rowids, (count, *texts) in read_ahead(conn, chunk_sql, spans, params):
+        k = int(count)
         if not k:
             continue
+        part = _parse_concat(texts, fields, k)
+        del texts
         if part is None:  # a value that is not a plain integer: the tuple path converts it or names it
             part = fetch_columns(conn, sql.replace(" WHERE ", " WHERE rowid >= ? AND rowid < ? AND ", 1), fields,
                                  k, RowProgress(None, 0), (*rowids, *params), table=table, sources=sources,
@@ -230,8 +228,8 @@ def table_chunks(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fie
         yield part
 
 
-def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, int]], params: Sequence[object],
-               convert: Callable[[tuple[Any, ...]], _T]) -> Iterator[tuple[tuple[int, int], _T]]:
+def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, int]], params: Sequence[object]
+               ) -> Iterator[tuple[tuple[int, int], tuple[Any, ...]]]:
     """``(span, row)``: the one result row of ``sql`` for each rowid ``span`` (its first two parameters, then
     ``params``), in order. With more than one span of a database file, the queries run one span ahead on a second
     connection in a thread: SQLite releases the GIL while it steps, so it reads the next chunk while the caller
@@ -240,12 +238,12 @@ def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, in
     path = _database_file(conn) if len(spans) > 1 else None
     if path is None:
         for span in spans:
-            yield span, convert(conn.execute(sql, (*span, *params)).fetchone())
+            yield span, conn.execute(sql, (*span, *params)).fetchone()
         return
-    results: queue.Queue[tuple[tuple[int, int], _T] | BaseException | None] = queue.Queue(maxsize=1)
+    results: queue.Queue[tuple[tuple[int, int], tuple[Any, ...]] | BaseException | None] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
-    def hand_over(item: tuple[tuple[int, int], _T] | BaseException | None) -> bool:
+    def hand_over(item: tuple[tuple[int, int], tuple[Any, ...]] | BaseException | None) -> bool:
         while not stop.is_set():
             try:
                 results.put(item, timeout=0.05)
@@ -259,7 +257,7 @@ def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, in
             other = connect(path)
             try:
                 for span in spans:
-                    if stop.is_set() or not hand_over((span, convert(other.execute(sql, (*span, *params)).fetchone()))):
+                    if stop.is_set() or not hand_over((span, other.execute(sql, (*span, *params)).fetchone())):
                         return
             finally:
                 other.close()
