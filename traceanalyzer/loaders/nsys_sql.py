@@ -233,7 +233,8 @@ def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, in
     """``(span, row)``: the one result row of ``sql`` for each rowid ``span`` (its first two parameters, then
     ``params``), in order. With more than one span of a database file, the queries run one span ahead on a second
     connection in a thread: SQLite releases the GIL while it steps, so it reads the next chunk while the caller
-    parses this one (two cores: about the SQL's share of the read off the wall time). A query's error is raised
+    parses this one (two cores: about the SQL's share of the read off the wall time). The parse stays in the
+    caller's thread (it holds the GIL anyway, and its warnings filter is process-wide). A query's error is raised
     here, in the caller's thread; the reader stops when the caller stops iterating."""
     path = _database_file(conn) if len(spans) > 1 else None
     if path is None:
@@ -257,7 +258,8 @@ def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, in
             other = connect(path)
             try:
                 for span in spans:
-                    if stop.is_set() or not hand_over((span, other.execute(sql, (*span, *params)).fetchone())):
+                    row = other.execute(sql, (*span, *params)).fetchone()
+                    if stop.is_set() or not hand_over((span, row)):
                         return
             finally:
                 other.close()
