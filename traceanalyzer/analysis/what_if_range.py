@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..call_starts import counts_between
 from ..trace import Trace
 from .frames import array_of
 from .results import DeviceSummary
@@ -77,14 +78,20 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = array_of(per, "start_ns", np.int64), array_of(per, "end_ns", np.int64)
     r = trace.ranges
-    # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
-    api = trace.api_starts if trace.capabilities.get("api_calls_subset") else trace.api_calls
     cpu_op = trace.strings.get("cpu_op")
-    starts = [api["start_ns"][api["rank"] == dev.rank]] if len(api) else []
+    starts = []
+    if trace.capabilities.get("api_calls_subset"):
+        # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
+        counts = counts_between(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], dev.rank, ws, we)
+    else:
+        counts = np.zeros(len(ws), dtype=np.int64)
+        if len(trace.api_calls):
+            starts.append(trace.api_calls["start_ns"][trace.api_calls["rank"] == dev.rank])
     if len(r) and cpu_op is not None and cpu_op >= 0:
         starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
-    events = np.sort(np.concatenate(starts)) if starts else np.empty(0, dtype=np.int64)
-    counts = np.searchsorted(events, we) - np.searchsorted(events, ws)
+    if starts:
+        events = np.sort(np.concatenate(starts))
+        counts += np.searchsorted(events, we) - np.searchsorted(events, ws)
     return array_of(per, "step", np.int64), counts.astype(np.int64)
 
 
