@@ -55,16 +55,22 @@ def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
 def exposed_communication(ctx: FindingContext) -> list[Finding]:
     """Share of each step the SMs sit idle while collectives run (exposed communication), with its split into
     waiting for another rank and transfer."""
-    found = []
     waits = _wait_by_rank(ctx)
-    # every device's figures, built once and shared by the candidates (one per device; the best is kept)
+    # every device's figures, shared by the candidates
     devices = [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns": d.comm_exposed_per_step_ns,
                 "overlap_pct": d.overlap_pct} for d in ctx.summary.devices]
+    # one finding, of the worst device (as ``worst`` picks it: the first of the largest impact), built only for it
+    chosen: tuple[int, DeviceSummary, Any, float] | None = None
     for dev in ctx.summary.devices:
         per_step = dev.comm_exposed_per_step_ns if dev.comm_exposed_per_step_ns is not None else dev.comm_exposed_ns
         pct = ctx.pct_of_step(dev, per_step)
         if not per_step or pct is None or pct < ctx.thresholds.exposed_comm_min_pct:
             continue
+        if chosen is None or int(per_step) > chosen[0]:
+            chosen = (int(per_step), dev, per_step, pct)
+    found = []
+    if chosen is not None:
+        _, dev, per_step, pct = chosen
         counts = count_kinds_per_step(ctx, dev, ctx.collective_column(dev, "start_ns").astype(np.int64),
                                       ctx.collective_column(dev, "kind").astype(str))
         wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
