@@ -57,14 +57,31 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     return sets
 
 
-def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> dict[str, int]:
-    remaining, left = busy, iv.lengths_sum(busy)  # busy is a union, and so is every difference of it
-    out: dict[str, int] = {}
-    for bucket in [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]:
-        remaining = iv.difference(remaining, sets[bucket])
-        now = iv.lengths_sum(remaining)
-        out[bucket], left = left - now, now  # = coverage(remaining before, bucket), one sweep instead of two
-    return out
+def _claim_order(sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> list[str]:
+    """The buckets present in the order they claim busy time: the stated precedence, then the others by name."""
+    return [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]
+
+
+def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], windows: iv.Intervals | None = None
+               ) -> tuple[dict[str, int], dict[str, int]]:
+    """The exclusive split of busy time: each bucket gets the busy time no bucket before it claimed, over the whole
+    device and (``windows``, a union) inside the windows (``{}`` without them).
+
+    Every bucket's union lies inside busy, which is the union of them all, so "busy minus the buckets before it,
+    intersected with it" has the length ``|C_i| - |C_(i-1)|`` with ``C_i`` the union of the first ``i`` buckets:
+    one growing union, merged a bucket at a time, instead of a difference per bucket."""
+    whole: dict[str, int] = {}
+    within: dict[str, int] = {}
+    claimed = iv.empty()
+    before = before_within = 0
+    for bucket in _claim_order(sets, order):
+        claimed = iv.merge_unions(claimed, sets[bucket])
+        now = iv.lengths_sum(claimed)
+        whole[bucket], before = now - before, now
+        if windows is not None:
+            now_within = int(iv.measure_within(claimed, *windows).sum())
+            within[bucket], before_within = now_within - before_within, now_within
+    return whole, within
 
 
 def _group_quantile(values: np.ndarray, first: np.ndarray, q: float) -> np.ndarray:
@@ -174,12 +191,8 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
     if not numbers:
         return {}, top
     window_ns = iv.lengths_sum(windows)
-    # one window over the whole span (no steps found, or one step) leaves every union of the device whole
-    whole_span = len(windows[0]) == 1 and (int(windows[0][0]), int(windows[1][0])) == act.span
-    busy = act.busy if whole_span else iv.intersect(act.busy, windows)
-    busy_ns = iv.lengths_sum(busy)
-    exclusive = _exclusive(busy, sets if whole_span else {b: iv.intersect(u, windows) for b, u in sets.items()},
-                           order)
+    busy_ns = int(iv.measure_within(act.busy, *windows).sum())  # = |busy ∩ windows|: the windows are disjoint
+    exclusive = _exclusive(sets, order, windows)[1]
     return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
             "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
             "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top
@@ -246,7 +259,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
         bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
-        bucket_exclusive_ns={} if "bucket_exclusive" in skip else _exclusive(act.busy, sets, order),
+        bucket_exclusive_ns={} if "bucket_exclusive" in skip else _exclusive(sets, order)[0],
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
@@ -260,7 +273,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         top_kernels_in_steps=step_top, in_steps=step_numbers,
         comm_idle_gaps_ns=pd.DataFrame(columns=GAP_COLUMNS) if "comm_idle_gaps" in skip else
         comm_idle_gaps(exposed, steps, layers),
-        extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
+        extra={"exclusive_precedence": _claim_order(sets, order),
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
                "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},

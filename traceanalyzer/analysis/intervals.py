@@ -47,6 +47,11 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     return s[first], reach[last]
 
 
+def merge_unions(a: Intervals, b: Intervals) -> Intervals:
+    """``a ∪ b`` of two unions: :func:`union` of both, whose stable sort of two sorted runs is one merge."""
+    return union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+
+
 def total(starts: np.ndarray, ends: np.ndarray) -> int:
     """Length of the union of the intervals (overlaps counted once)."""
     s, e = union(starts, ends)
