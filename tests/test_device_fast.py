@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
+import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.device import _exclusive
+from traceanalyzer.analysis.grouped import dense_codes, sorted_runs
+from traceanalyzer.analysis.what_if import _contention
 
 _spans = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(0, 30)), min_size=0, max_size=60)
 _windows = st.lists(st.tuples(st.integers(0, 230), st.integers(0, 40)), min_size=0, max_size=6)
@@ -47,3 +52,75 @@ def test_exclusive_split_by_growing_union_matches_differences(spans: list[tuple[
     assert within == _plain_exclusive(iv.intersect(busy, win), {b: iv.intersect(u, win) for b, u in sets.items()},
                                       order)
     assert sum(whole.values()) == iv.lengths_sum(busy)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-1, 6), st.integers(-5, 60)), min_size=1, max_size=50),
+       big=st.booleans())
+def test_names_then_durations_by_one_sort_match_a_lexsort(rows: list[tuple[int, int]], big: bool) -> None:
+    name_id = np.array([n for n, _ in rows], dtype=np.int32)
+    dur = np.array([abs(d) for _, d in rows], dtype=np.int64) + ((1 << 41) if big else 0)  # big: the lexsort path
+    for d in (dur, np.array([d for _, d in rows], dtype=np.int64)):  # negative durations: the lexsort path too
+        ids, first_row, which = np.unique(name_id, return_index=True, return_inverse=True)
+        order = np.lexsort((d, which))
+        got_ids, got_first_row, got_sorted, got_first = sorted_runs(name_id, d)
+        assert got_ids.tolist() == ids.tolist() and got_ids.dtype == ids.dtype
+        assert got_first_row.tolist() == first_row.tolist()
+        assert got_sorted.tolist() == d[order].tolist()
+        assert got_first.tolist() == np.flatnonzero(np.r_[True, which[order][1:] != which[order][:-1]]).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(spans=_spans, probes=st.lists(st.tuples(st.integers(0, 240), st.integers(0, 20)), max_size=30))
+def test_overlaps_is_a_positive_measure(spans: list[tuple[int, int, int]], probes: list[tuple[int, int]]) -> None:
+    u = iv.union(np.array([s for _, s, _ in spans], dtype=np.int64), np.array([s + n for _, s, n in spans]))
+    s = np.array([a for a, _ in probes], dtype=np.int64)
+    e = s + np.array([n for _, n in probes], dtype=np.int64)
+    assert iv.overlaps(u, s, e).tolist() == (iv.measure_within(u, s, e) > 0).tolist()
+
+
+def _plain_contention(act: SimpleNamespace, per_step: pd.DataFrame) -> pd.Series:
+    """The what-if's contention as first written: pandas group-by median, join and group-by sum."""
+    k, compute = act.kernels, ~act.kernel_is_comm
+    s, e = k["start_ns"][compute], k["end_ns"][compute]
+    frame = pd.DataFrame({"name": k["name_id"][compute], "grid": k["grid"][compute], "block": k["block"][compute],
+                          "dur": e - s, "beside": iv.measure_within(act.comm, s, e) > 0})
+    keys = ["name", "grid", "block"]
+    base = frame[~frame["beside"]].groupby(keys)["dur"].median().rename("base")
+    frame = frame.join(base, on=keys)
+    excess = (frame["dur"] - frame["base"]).clip(lower=0).where(frame["beside"] & frame["base"].notna(), 0)
+    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
+    win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
+    step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
+    out = excess.groupby(step).sum()
+    return out[out.index >= 0].astype(np.int64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 40), st.integers(0, 3), st.integers(0, 2),
+                               st.booleans()), min_size=1, max_size=60),
+       cuts=st.lists(st.integers(0, 450), min_size=1, max_size=5, unique=True))
+def test_contention_matches_the_pandas_definition(rows: list[tuple[int, int, int, int, bool]],
+                                                   cuts: list[int]) -> None:
+    rows = sorted(rows)
+    col = {name: np.array([r[i] for r in rows], dtype=np.int64) for i, name in enumerate(("start_ns", "dur", "name_id",
+                                                                                         "grid"))}
+    kernels = {"start_ns": col["start_ns"], "end_ns": col["start_ns"] + col["dur"], "name_id": col["name_id"],
+               "grid": col["grid"], "block": col["grid"] % 2}
+    is_comm = np.array([r[4] for r in rows])
+    act = SimpleNamespace(kernels=kernels, kernel_is_comm=is_comm,
+                          comm=iv.union(kernels["start_ns"][is_comm], kernels["end_ns"][is_comm]))
+    bounds = sorted(cuts)
+    per_step = pd.DataFrame({"step": np.arange(len(bounds))[::-1], "start_ns": bounds,
+                             "end_ns": [*bounds[1:], bounds[-1] + 60]})
+    if not (~is_comm).any() or len(act.comm[0]) == 0:
+        return
+    got, want = _contention(act, per_step), _plain_contention(act, per_step)  # type: ignore[arg-type]
+    assert got.index.tolist() == want.index.tolist() and got.tolist() == want.tolist()
+
+
+@settings(max_examples=50, deadline=None)
+@given(values=st.lists(st.integers(-3, 2**40), max_size=40))
+def test_dense_codes_are_unique_inverse(values: list[int]) -> None:
+    v = np.array(values, dtype=np.int64)
+    assert dense_codes(v).tolist() == np.unique(v, return_inverse=True)[1].tolist()

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..trace import Table, Trace
 from . import intervals as iv
+from .grouped import distinct
 
 COMMUNICATION = "communication"
 MEMORY = "memory"
@@ -85,20 +86,24 @@ def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
     api = trace.api_calls
     if len(api) == 0 or len(kernels) == 0:
         return rows
-    api_pids = np.unique(api["pid"])
-    for pid in np.unique(kernels["pid"]):  # one pass per process, not per event
+    api_pid = api["pid"]
+    one_api_pid = bool((api_pid == api_pid[0]).all())
+    for pid in distinct(kernels["pid"]):  # one pass per process, not per event
         k_sel = np.flatnonzero((kernels["pid"] == pid) & (kernels["correlation"] >= 0))
-        same = api["pid"] == pid if pid in api_pids or len(api_pids) != 1 else np.ones(len(api), dtype=bool)
+        same = api_pid == pid
+        if one_api_pid and not same[0]:  # the one API process, whatever pid the rows name
+            same[:] = True
         a_sel = np.flatnonzero(same & (api["correlation"] >= 0))
         if len(k_sel) == 0 or len(a_sel) == 0:
             continue
         a_corr = api["correlation"][a_sel]
-        order = np.argsort(a_corr, kind="stable")
-        a_corr, a_rows = a_corr[order], a_sel[order]
+        if not bool((a_corr[1:] >= a_corr[:-1]).all()):  # an nsys process's calls come in correlation order
+            order = np.argsort(a_corr, kind="stable")
+            a_corr, a_sel = a_corr[order], a_sel[order]
         k_corr = kernels["correlation"][k_sel]
         pos = np.minimum(np.searchsorted(a_corr, k_corr), len(a_corr) - 1)
         hit = a_corr[pos] == k_corr
-        rows[k_sel[hit]] = a_rows[pos[hit]]
+        rows[k_sel[hit]] = a_sel[pos[hit]]
     return rows
 
 
@@ -126,6 +131,6 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
                     np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
     compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
-    pids = np.unique(np.r_[kernels["pid"], memops["pid"], launch_pid[launch_pid >= 0]])
+    pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
     return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
                           rows, launch, launch_pid, tid, *m_launch, busy, comm, compute)

@@ -28,6 +28,7 @@ from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
+from .grouped import run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
@@ -84,18 +85,6 @@ def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], windows: i
     return whole, within
 
 
-def _group_quantile(values: np.ndarray, first: np.ndarray, q: float) -> np.ndarray:
-    """Quantile ``q`` of each run ``values[first[i]:first[i + 1]]`` (each run sorted), interpolated linearly as
-    pandas' group-by quantile does: ``v[i] + (v[i + 1] - v[i]) * frac``."""
-    size = np.diff(np.r_[first, len(values)])
-    pos = q * (size - 1).astype(np.float64)
-    below = first + pos.astype(np.int64)
-    frac = pos % 1
-    above = np.minimum(below + 1, len(values) - 1)
-    low = values[below]
-    return np.where(frac == 0.0, low.astype(np.float64), low + (values[above] - low) * frac)
-
-
 def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataFrame:
     """Per kernel name: count, total/mean/p50/p99 duration, with bucket, sub-bucket and matching rule; of the
     kernels ``rows`` (a boolean mask) when given, else of all. ``display_name`` is the name demangled where the
@@ -107,13 +96,10 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
         return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
     name_id = np.asarray(k["name_id"])
     dur = np.asarray(k["end_ns"] - k["start_ns"], dtype=np.int64)
-    ids, first_row, which = np.unique(name_id, return_index=True, return_inverse=True)
-    order = np.lexsort((dur, which.ravel()))  # by name, then duration
-    first = np.flatnonzero(np.r_[True, which.ravel()[order][1:] != which.ravel()[order][:-1]])
-    by_dur = dur[order]
-    count = np.diff(np.r_[first, len(order)]).astype(np.int64)
+    ids, first_row, by_dur, first = sorted_runs(name_id, dur)
+    count = np.diff(np.r_[first, len(by_dur)]).astype(np.int64)
     total = np.add.reduceat(by_dur, first).astype(np.int64)
-    p50, p99 = _group_quantile(by_dur, first, 0.5), _group_quantile(by_dur, first, 0.99)
+    p50, p99 = run_quantile(by_dur, first, 0.5), run_quantile(by_dur, first, 0.99)
     trace = act.trace
     names = trace.names(ids)
     # rows in order of each name's first kernel, then by total time (descending) and name, as a stable sort

@@ -222,6 +222,17 @@ def measure_within(u: Intervals, win_starts: np.ndarray, win_ends: np.ndarray) -
     return cumulative(u, we) - cumulative(u, ws)
 
 
+def overlaps(u: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each interval ``[start, end)`` shares time with the union ``u`` (``measure_within(u, …) > 0``, by one
+    binary search: the first interval of ``u`` ending after the start must begin before the end)."""
+    s, e = _arrays(starts, ends)
+    u_s, u_e = u
+    if len(u_s) == 0:
+        return np.zeros(len(s), dtype=bool)
+    first = np.searchsorted(u_e, s, side="right")
+    return (e > s) & (first < len(u_s)) & (u_s[np.minimum(first, len(u_s) - 1)] < e)
+
+
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> Intervals:
     """Intervals cut to ``[lo, hi)``; those left empty are dropped."""
     s, e = _arrays(starts, ends)

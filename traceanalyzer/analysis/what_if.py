@@ -45,6 +45,7 @@ import pandas as pd
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
+from .grouped import run_quantile, sorted_runs
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 from .what_if_range import profiler_weighing, step_range, upper_bounds
@@ -79,18 +80,32 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
     if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
         return pd.Series(dtype=np.int64)
     s, e = k["start_ns"][compute], k["end_ns"][compute]
-    beside = iv.measure_within(act.comm, s, e) > 0
-    frame = pd.DataFrame({"name": k["name_id"][compute], "grid": k["grid"][compute],
-                          "block": k["block"][compute], "dur": e - s, "beside": beside})
-    keys = ["name", "grid", "block"]
-    base = frame[~frame["beside"]].groupby(keys)["dur"].median().rename("base")
-    frame = frame.join(base, on=keys)
-    excess = (frame["dur"] - frame["base"]).clip(lower=0).where(frame["beside"] & frame["base"].notna(), 0)
+    beside = iv.overlaps(act.comm, s, e)
+    dur = e - s
+    kernel = _codes(k["name_id"][compute], k["grid"][compute], k["block"][compute])
+    base = np.full(int(kernel.max()) + 1, np.nan)
+    if not beside.all():
+        ids, _, by_dur, first = sorted_runs(kernel[~beside], dur[~beside])
+        base[ids] = run_quantile(by_dur, first, 0.5)  # the median, as pandas' group-by takes it
+    of_kernel = base[kernel]
+    # multiples of 0.5 ns: sums of them are exact in any order
+    excess = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
     order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
     win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
     step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
-    out = excess.groupby(step).sum()
-    return out[out.index >= 0].astype(np.int64)
+    steps = np.unique(step)
+    total = np.bincount(np.searchsorted(steps, step), weights=excess, minlength=len(steps))
+    return pd.Series(total[steps >= 0].astype(np.int64), index=steps[steps >= 0])
+
+
+def _codes(*keys: np.ndarray) -> np.ndarray:
+    """One dense int64 code per distinct combination of the keys (in no particular order)."""
+    code = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:
+        part, distinct = pd.factorize(key)
+        code = code * len(distinct) + part
+        code = pd.factorize(code)[0].astype(np.int64)  # dense again, so the next product cannot overflow
+    return code
 
 
 def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
@@ -498,11 +513,18 @@ def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
     details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
     basis = _basis(int(step_host.sum()), int(step_saving.sum()))
     if with_range:
-        limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
-                                                                                            strict=True)])
-        details.update(step_range(limiting, int(np.median(step_saving)), basis))
+        details.update(step_range(_limiting_rows(stepped, own, pick), int(np.median(step_saving)), basis))
     details.update(_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
+
+
+def _limiting_rows(stepped: dict[int, pd.DataFrame], own: pd.DataFrame, pick: np.ndarray) -> pd.DataFrame:
+    """Per step of ``own`` (in its order), the row of the rank set as limiting (``pick``: column of ``own``), as
+    floats: each rank's rows taken at once, not a row lookup per step."""
+    position = np.arange(len(own))
+    parts = [stepped[int(own.columns[c])].loc[own.index[pick == c]].set_axis(position[pick == c])
+             for c in np.unique(pick).tolist()]
+    return pd.concat(parts).sort_index().astype(np.float64)
 
 
 def _by_rank_tables(stepped: dict[int, pd.DataFrame]

@@ -82,9 +82,11 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
     starts = [api["start_ns"][api["rank"] == dev.rank]] if len(api) else []
     if len(r) and cpu_op is not None and cpu_op >= 0:
         starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
-    events = np.sort(np.concatenate(starts)) if starts else np.empty(0, dtype=np.int64)
-    counts = np.searchsorted(events, we) - np.searchsorted(events, ws)
-    return per["step"].to_numpy(np.int64), counts.astype(np.int64)
+    counts = np.zeros(len(ws), dtype=np.int64)
+    for events in starts:  # counted per source, each sorted only when it is not already
+        events = events if bool((events[1:] >= events[:-1]).all()) else np.sort(events)
+        counts += np.searchsorted(events, we) - np.searchsorted(events, ws)
+    return per["step"].to_numpy(np.int64), counts
 
 
 def upper_bounds(steps: np.ndarray, per_step: pd.DataFrame, idle: np.ndarray, profiler: np.ndarray,

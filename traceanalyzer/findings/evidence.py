@@ -71,6 +71,7 @@ class DeviceEvidence:
         chains = self.__dict__.get("chains")
         if chains is not None:
             chains.attrs.pop("followers", None)
+        self.__dict__.pop("_gaps", None)  # an input of figures, not one
         self._trace = self._device = None
         return self
 
@@ -103,7 +104,7 @@ class DeviceEvidence:
     def launch_idle(self) -> tuple[int, float]:
         """(median per step of the idle time in gaps shorter than ``long_gap_min_ns``, its % of the step): the
         launch gaps between kernels; longer gaps are the host blocked or busy elsewhere."""
-        gs, ge, window = _device_gaps(self.trace, self._dev)
+        gs, ge, window = self._gaps
         short = (ge - gs) < self.long_gap_min_ns
         idle = per_step_median(steps(self._dev), window[short], (ge - gs)[short])
         return idle, pct_of_step(self._dev, idle) or 0.0
@@ -127,7 +128,12 @@ class DeviceEvidence:
     @cached_property
     def gaps_with_cause(self) -> tuple[int, int, dict[str, int]] | None:
         """:func:`gaps_with_cause` with ``long_gap_min_ns``."""
-        return gaps_with_cause(self.trace, self._dev, self.long_gap_min_ns)
+        return gaps_with_cause(self.trace, self._dev, self.long_gap_min_ns, self._gaps)
+
+    @cached_property
+    def _gaps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`_device_gaps`, read by both figures above."""
+        return _device_gaps(self.trace, self._dev)
 
     # -- collectives done on the CPU (host_rules.collectives_without_kernels) ----------------------------------
     @cached_property
@@ -271,13 +277,17 @@ def _pid_of(trace: Trace, dev: DeviceSummary) -> int:
 def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU idle gaps of the device (between kernels / memory operations) cut to the step windows:
     (starts, ends, step window index)."""
-    k, m = trace.kernels, trace.memops
-    kmask = kernel_mask(trace, dev)
-    mmask = m["device"] == dev.device
-    if dev.rank >= 0:
-        mmask &= m["rank"] == dev.rank
-    s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
-                 np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
+    act = dev.activity
+    if isinstance(act, DeviceActivity) and act.trace is trace and dev.rank >= 0:
+        s, e = act.busy  # the union below, gathered already
+    else:
+        k, m = trace.kernels, trace.memops
+        kmask = kernel_mask(trace, dev)
+        mmask = m["device"] == dev.device
+        if dev.rank >= 0:
+            mmask &= m["rank"] == dev.rank
+        s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
+                     np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
     ws, we = step_windows(dev)
     order = np.argsort(ws, kind="stable")
     lo, hi = (int(s[0]), int(e[-1])) if len(s) else (0, 0)
@@ -286,10 +296,12 @@ def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarr
     return gap_start, gap_end, order[window]
 
 
-def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple[int, int, dict[str, int]] | None:
+def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int,
+                    device_gaps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[int, int, dict[str, int]] | None:
     """Total ns and count of long idle gaps (inside step windows) overlapped by a blocking host call of the same
-    process, with the names of those calls."""
-    gap_start, gap_end, _ = _device_gaps(trace, dev)  # only time inside steps
+    process, with the names of those calls. ``device_gaps``: :func:`_device_gaps` if at hand."""
+    gap_start, gap_end, _ = _device_gaps(trace, dev) if device_gaps is None else device_gaps  # inside steps
     long_gap = (gap_end - gap_start) >= min_gap_ns
     if not long_gap.any():
         return None
