@@ -13,6 +13,8 @@ from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.device import _exclusive
 from traceanalyzer.analysis.grouped import dense_codes, sorted_runs
 from traceanalyzer.analysis.what_if import _contention
+from traceanalyzer.findings.evidence import most_frequent_names
+from traceanalyzer.trace import StringPool, Trace
 
 _spans = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(0, 30)), min_size=0, max_size=60)
 _windows = st.lists(st.tuples(st.integers(0, 230), st.integers(0, 40)), min_size=0, max_size=6)
@@ -124,3 +126,27 @@ def test_contention_matches_the_pandas_definition(rows: list[tuple[int, int, int
 def test_dense_codes_are_unique_inverse(values: list[int]) -> None:
     v = np.array(values, dtype=np.int64)
     assert dense_codes(v).tolist() == np.unique(v, return_inverse=True)[1].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(-1, 5), max_size=40))
+def test_most_frequent_names_by_id_match_counting_the_texts(ids: list[int]) -> None:
+    trace = Trace("t", "nsys-sqlite", StringPool(["a", "b", "None", "c", "d", "e"]), {})
+    rows = np.array(ids, dtype=np.int32)
+    want = pd.Series(trace.names(rows).astype(str)).value_counts().head(3)
+    assert list(most_frequent_names(trace, rows, 3).items()) == list(zip(want.index, want.tolist(), strict=True))
+    positive = rows[rows >= 0]
+    want = pd.Series(trace.names(positive).astype(str)).value_counts().head(3)
+    assert list(most_frequent_names(trace, positive, 3).items()) == list(zip(want.index, want.tolist(), strict=True))
+
+
+@settings(max_examples=80, deadline=None)
+@given(spans=_spans)
+def test_merge_of_two_unions_is_their_union(spans: list[tuple[int, int, int]]) -> None:
+    a = [(s, s + n) for b, s, n in spans if b % 2 == 0]
+    b = [(s, s + n) for c, s, n in spans if c % 2 == 1]
+    ua = iv.union(np.array([s for s, _ in a], dtype=np.int64), np.array([e for _, e in a], dtype=np.int64))
+    ub = iv.union(np.array([s for s, _ in b], dtype=np.int64), np.array([e for _, e in b], dtype=np.int64))
+    want = iv.union(np.r_[ua[0], ub[0]], np.r_[ua[1], ub[1]])
+    got = iv.merge_unions(ua, ub)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

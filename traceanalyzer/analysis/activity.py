@@ -108,8 +108,11 @@ def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
 
 
 def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
-    return np.where(rows >= 0, column[np.maximum(rows, 0)], -1).astype(np.int64) if len(column) else \
-        np.full(len(rows), -1, dtype=np.int64)
+    if not len(column):
+        return np.full(len(rows), -1, dtype=np.int64)
+    out = column[np.maximum(rows, 0)].astype(np.int64, copy=False)
+    out[rows < 0] = -1
+    return out
 
 
 def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
@@ -118,7 +121,7 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     memops = _rows_of(trace.memops, rank, device)
     if "bucket_id" not in kernels:
         raise ValueError("trace is not classified (kernels have no bucket_id); load it with classify=True")
-    k_bucket = trace.names(kernels["bucket_id"]).astype(object)
+    k_bucket = trace.names(kernels["bucket_id"]).astype(object, copy=False)
     m_bucket = _memop_buckets(trace, memops)
     k_comm = k_bucket == COMMUNICATION
     m_comm = m_bucket == COMMUNICATION

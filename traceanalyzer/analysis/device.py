@@ -45,8 +45,8 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     """Union of every bucket present on the device (kernels and memops together), in order of first appearance
     (kernels, then memops); one bucket at a time, so the temporaries are those of the largest bucket."""
     k, m = act.kernels, act.memops
-    k_codes, k_names = pd.factorize(act.kernel_bucket, use_na_sentinel=False)
-    m_codes, m_names = pd.factorize(act.memop_bucket, use_na_sentinel=False)
+    k_codes, k_names = _factorized(act.trace, k, act.kernel_bucket)
+    m_codes, m_names = _factorized(act.trace, m, act.memop_bucket)
     k_code = {str(b): c for c, b in enumerate(k_names)}
     m_code = {str(b): c for c, b in enumerate(m_names)}
     sets = {}
@@ -56,6 +56,16 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
         sets[bucket] = iv.union(np.r_[k["start_ns"][in_k], m["start_ns"][in_m]],
                                 np.r_[k["end_ns"][in_k], m["end_ns"][in_m]])
     return sets
+
+
+def _factorized(trace: Trace, table: Table, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of the rows' bucket strings — of their string ids when every row has one (the same codes
+    and order: one id per string), which hashes integers instead of strings."""
+    if "bucket_id" in table and len(table) and int(table["bucket_id"].min()) >= 0:
+        codes, ids = pd.factorize(table["bucket_id"])
+        return codes, trace.names(np.asarray(ids))
+    codes, names = pd.factorize(bucket, use_na_sentinel=False)
+    return codes, np.asarray(names, dtype=object)
 
 
 def _claim_order(sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> list[str]:
@@ -156,16 +166,16 @@ def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | N
     return comm_streams, compute_streams, serialized, pct
 
 
-def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals], order: tuple[str, ...],
-             whole_top: pd.DataFrame | None, numbers: bool = True) -> tuple[dict[str, Any], pd.DataFrame]:
+def in_steps(act: DeviceActivity, windows: iv.Intervals, exclusive: dict[str, int], whole_top: pd.DataFrame | None,
+             numbers: bool = True) -> tuple[dict[str, Any], pd.DataFrame]:
     """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
-    window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
-    starting inside a step, each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``;
-    without ``whole_top`` (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's
-    kernels (the steps' own table when every kernel starts inside a step)."""
+    window (sum of step lengths), busy, busy %, the exclusive bucket split (``exclusive``: :func:`_exclusive`
+    within the ``windows``, the union of the steps), and the top kernels of the kernels starting inside a step,
+    each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``; without ``whole_top``
+    (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's kernels (the steps' own
+    table when every kernel starts inside a step)."""
     if whole_top is None and not numbers:
         return {}, pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
-    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
     if whole_top is not None:
         top = whole_top.copy() if inside.all() else top_kernels(act, inside)
@@ -178,7 +188,6 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
         return {}, top
     window_ns = iv.lengths_sum(windows)
     busy_ns = int(iv.measure_within(act.busy, *windows).sum())  # = |busy ∩ windows|: the windows are disjoint
-    exclusive = _exclusive(sets, order, windows)[1]
     return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
             "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
             "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top
@@ -240,12 +249,16 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     per_step = per_step_table(act, steps, sets, hidden, exposed)
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
     whole_top = None if "top_kernels" in skip else top_kernels(act)
-    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top, numbers="in_steps" not in skip)
+    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    numbers = "in_steps" not in skip
+    exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
+        _exclusive(sets, order, windows if numbers else None)  # both splits from one growing union
+    step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
         bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
-        bucket_exclusive_ns={} if "bucket_exclusive" in skip else _exclusive(sets, order)[0],
+        bucket_exclusive_ns={} if "bucket_exclusive" in skip else exclusive,
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),

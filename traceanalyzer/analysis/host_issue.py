@@ -33,7 +33,7 @@ from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
 from .collectives import kind_of
-from .grouped import dense_codes
+from .grouped import dense_codes, distinct
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
 # CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
@@ -244,32 +244,32 @@ def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.
 def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
     """First start and last end of the CUDA API calls each range ``[start, end)`` of ``threads`` makes
-    (``-1, -1`` where it makes none)."""
+    (``-1, -1`` where it makes none). One thread at a time (a few), on that thread's calls only."""
     api = trace.api_calls
-    none = np.full(len(starts), -1, dtype=np.int64)
+    first_start = np.full(len(starts), -1, dtype=np.int64)
+    last_end = first_start.copy()
     if len(api) == 0 or len(starts) == 0:
-        return none, none.copy()
-    a_thread = thread_key(api["pid"], api["tid"])
-    on = np.flatnonzero(np.isin(a_thread, np.unique(threads)))  # calls of other threads: other lanes, never found
-    if len(on) == 0:
-        return none, none.copy()
-    a_thread, a_start, a_end = a_thread[on], api["start_ns"][on], api["end_ns"][on]
-    n = len(on)
-    lane = dense_codes(np.r_[a_thread, threads])
-    t0 = int(min(a_start.min(), starts.min()))
-    span = int(max(a_end.max(), ends.max()) - t0) + 1
-    key = _lift(a_start, lane[:n], t0, span)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    a_end = np.maximum.accumulate(_lift(a_end, lane[:n], t0, span)[order])
-    lo = _lift(starts, lane[n:], t0, span)
-    hi = _lift(ends, lane[n:], t0, span)
-    first = np.searchsorted(key, lo, side="left")
-    last = np.searchsorted(key, hi, side="left") - 1
-    ok = last >= first
-    base = lane[n:] * span - t0
-    return (np.where(ok, key[np.minimum(first, len(key) - 1)] - base, -1),
-            np.where(ok, np.minimum(a_end[np.maximum(last, 0)], hi) - base, -1))
+        return first_start, last_end
+    wanted = distinct(threads)
+    on = np.flatnonzero(np.isin(api["pid"], distinct(wanted >> 32)))  # the processes first: no key per call
+    a_thread = thread_key(api["pid"][on], api["tid"][on])
+    for thread in wanted.tolist():
+        calls = on[a_thread == thread]
+        if len(calls) == 0:
+            continue
+        a_start, a_end = api["start_ns"][calls], api["end_ns"][calls]
+        if not bool((a_start[1:] >= a_start[:-1]).all()):  # a thread's calls come in start order
+            order = np.argsort(a_start, kind="stable")
+            a_start, a_end = a_start[order], a_end[order]
+        reach = np.maximum.accumulate(a_end)
+        mine = np.flatnonzero(threads == thread)
+        lo, hi = starts[mine], ends[mine]
+        first = np.searchsorted(a_start, lo, side="left")
+        last = np.searchsorted(a_start, hi, side="left") - 1
+        ok = last >= first
+        first_start[mine] = np.where(ok, a_start[np.minimum(first, len(a_start) - 1)], -1)
+        last_end[mine] = np.where(ok, np.minimum(reach[np.maximum(last, 0)], hi), -1)
+    return first_start, last_end
 
 
 def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.ndarray

@@ -32,24 +32,46 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """Merge any intervals into a union: sorted, disjoint, touching intervals joined, empty ones dropped."""
     s, e = _arrays(starts, ends)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
+    del keep
     if len(s) == 0:
         return empty()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if not bool((s[1:] >= s[:-1]).all()):  # in start order already (a device's kernels): no sort, no copies
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
     reach = np.maximum.accumulate(e)
     # a new merged interval begins where the start lies beyond everything seen so far
     new = np.empty(len(s), dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], reach[last]
+    del new
+    reach = reach[np.r_[first[1:] - 1, len(s) - 1]]
+    return s[first], reach
 
 
 def merge_unions(a: Intervals, b: Intervals) -> Intervals:
-    """``a ∪ b`` of two unions: :func:`union` of both, whose stable sort of two sorted runs is one merge."""
-    return union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+    """``a ∪ b`` of two unions: the intervals of ``b`` placed among those of ``a`` by binary search (no sort),
+    then merged as :func:`union` merges."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if len(a_s) == 0 or len(b_s) == 0:
+        return (b_s, b_e) if len(a_s) == 0 else (a_s, a_e)
+    at = np.searchsorted(a_s, b_s, side="right") + np.arange(len(b_s))  # b's slots in the merged start order
+    from_a = np.ones(len(a_s) + len(b_s), dtype=bool)
+    from_a[at] = False
+    s, reach = np.empty(len(from_a), dtype=_I64), np.empty(len(from_a), dtype=_I64)
+    s[at], reach[at] = b_s, b_e
+    s[from_a], reach[from_a] = a_s, a_e
+    del at, from_a
+    np.maximum.accumulate(reach, out=reach)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:], reach[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    del new
+    return s[first], reach[np.r_[first[1:] - 1, len(s) - 1]]
 
 
 def total(starts: np.ndarray, ends: np.ndarray) -> int:

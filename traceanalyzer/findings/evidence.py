@@ -96,8 +96,7 @@ class DeviceEvidence:
         if chains is None:
             return {}
         trace = self.trace
-        names = pd.Series(trace.names(trace.kernels["name_id"][chains.attrs["followers"]]).astype(str))
-        return {str(n): int(c) for n, c in names.value_counts().head(5).items()}
+        return most_frequent_names(trace, trace.kernels["name_id"][chains.attrs["followers"]], 5)
 
     # -- launch-bound GPUs (host_rules.host_bound_no_cuda_graphs) -----------------------------------------------
     @cached_property
@@ -178,6 +177,16 @@ def _names_match(trace: Trace, name_ids: np.ndarray, pattern: re.Pattern[str]) -
     uniq, inverse = np.unique(name_ids, return_inverse=True)
     hits = np.array([bool(pattern.search(str(n))) for n in trace.names(uniq)], dtype=bool)
     return hits[inverse] if len(uniq) else np.zeros(len(name_ids), dtype=bool)
+
+
+def most_frequent_names(trace: Trace, ids: np.ndarray, n: int) -> dict[str, int]:
+    """The ``n`` most frequent names of the string ids with their counts (``value_counts`` of the names: ties in
+    order of first appearance), counted by id — one per name, met in the same order — not by text."""
+    if (ids < 0).any():  # a missing name reads "None", as a name might
+        names = pd.Series(trace.names(ids).astype(str))
+        return {str(name): int(c) for name, c in names.value_counts().head(n).items()}
+    top = pd.Series(ids).value_counts().head(n)
+    return {str(name): int(c) for name, c in zip(trace.names(top.index.to_numpy()), top.tolist(), strict=True)}
 
 
 def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.DataFrame | None:
