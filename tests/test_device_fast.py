@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.device import _exclusive
 from traceanalyzer.analysis.grouped import dense_codes, sorted_runs
+from traceanalyzer.analysis.steps import project_to_gpu
 from traceanalyzer.analysis.what_if import _contention
 from traceanalyzer.findings.evidence import most_frequent_names
 from traceanalyzer.trace import StringPool, Trace
@@ -150,3 +151,56 @@ def test_merge_of_two_unions_is_their_union(spans: list[tuple[int, int, int]]) -
     want = iv.union(np.r_[ua[0], ub[0]], np.r_[ua[1], ub[1]])
     got = iv.merge_unions(ua, ub)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def _plain_projection(act: SimpleNamespace, starts: np.ndarray, ends: np.ndarray, pids: np.ndarray,
+                      tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The GPU projection over kernels and memory operations concatenated, as first written."""
+    g_start, g_end = np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64)
+    found = np.zeros(len(starts), dtype=bool)
+    launch_ns = np.r_[act.launch_ns, act.memop_launch_ns]
+    launch_pid = np.r_[act.launch_pid, act.memop_launch_pid]
+    launch_tid = np.r_[act.launch_tid, act.memop_launch_tid]
+    k_start = np.r_[act.kernels["start_ns"], act.memops["start_ns"]]
+    k_end = np.r_[act.kernels["end_ns"], act.memops["end_ns"]]
+    linked = launch_ns >= 0
+    for pid, tid in np.unique(np.c_[pids, tids], axis=0):
+        rows = np.flatnonzero((pids == pid) & (tids == tid))
+        ksel = linked & (launch_pid == pid)
+        if tid >= 0 and (ksel & (launch_tid == tid)).any():
+            ksel &= launch_tid == tid
+        idx = np.flatnonzero(ksel)
+        idx = idx[np.argsort(launch_ns[idx], kind="stable")]
+        lo = np.searchsorted(launch_ns[idx], starts[rows], side="left")
+        hi = np.searchsorted(launch_ns[idx], np.maximum(ends[rows], starts[rows]), side="left")
+        g_start[rows], g_end[rows], found[rows] = iv.range_min_max(k_start[idx], k_end[idx], lo, hi)
+    return g_start, g_end, found
+
+
+_work = st.lists(st.tuples(st.integers(-1, 100), st.integers(0, 1), st.integers(-1, 1), st.integers(0, 20)),
+                 max_size=25)
+
+
+@settings(max_examples=80, deadline=None)
+@given(kernels=_work, memops=_work,
+       ranges=st.lists(st.tuples(st.integers(0, 100), st.integers(0, 40), st.integers(0, 1), st.integers(-1, 1)),
+                       min_size=1, max_size=8))
+def test_projection_of_kernels_and_memops_apart_matches_them_together(
+        kernels: list[tuple[int, int, int, int]], memops: list[tuple[int, int, int, int]],
+        ranges: list[tuple[int, int, int, int]]) -> None:
+    def part(rows: list[tuple[int, int, int, int]]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
+                                                             np.ndarray]:
+        launch = np.array([r[0] for r in rows], dtype=np.int64)
+        start = np.maximum(launch, 0) + 5
+        return ({"start_ns": start, "end_ns": start + np.array([r[3] for r in rows], dtype=np.int64)}, launch,
+                np.array([r[1] for r in rows], dtype=np.int64), np.array([r[2] for r in rows], dtype=np.int64))
+    (k, k_launch, k_pid, k_tid), (m, m_launch, m_pid, m_tid) = part(kernels), part(memops)
+    act = SimpleNamespace(kernels=k, memops=m, launch_ns=k_launch, launch_pid=k_pid, launch_tid=k_tid,
+                          memop_launch_ns=m_launch, memop_launch_pid=m_pid, memop_launch_tid=m_tid)
+    starts = np.array([r[0] for r in ranges], dtype=np.int64)
+    ends = starts + np.array([r[1] for r in ranges], dtype=np.int64)
+    pids, tids = np.array([r[2] for r in ranges], dtype=np.int64), np.array([r[3] for r in ranges], dtype=np.int64)
+    got = project_to_gpu(act, starts, ends, pids, tids)  # type: ignore[arg-type]
+    want = _plain_projection(act, starts, ends, pids, tids)
+    assert got[2].tolist() == want[2].tolist()
+    assert got[0][got[2]].tolist() == want[0][want[2]].tolist() and got[1][got[2]].tolist() == want[1][want[2]].tolist()

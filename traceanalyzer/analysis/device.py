@@ -28,7 +28,7 @@ from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
-from .grouped import run_quantile, sorted_runs
+from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
@@ -155,9 +155,9 @@ def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -
 
 def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | None]:
     k = act.kernels
-    comm_streams = sorted({int(x) for x in np.unique(np.r_[k["stream"][act.kernel_is_comm],
+    comm_streams = sorted({int(x) for x in distinct(np.r_[k["stream"][act.kernel_is_comm],
                                                            act.memops["stream"][act.memop_is_comm]])})
-    compute_streams = sorted(int(x) for x in np.unique(k["stream"][~act.kernel_is_comm]))
+    compute_streams = sorted(int(x) for x in distinct(k["stream"][~act.kernel_is_comm]))
     shared = np.isin(k["stream"], compute_streams) & act.kernel_is_comm
     serialized = bool(shared.any())
     comm_total = iv.lengths_sum(act.comm)

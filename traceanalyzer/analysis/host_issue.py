@@ -351,7 +351,7 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
 
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
     sync = np.flatnonzero(np.isin(api["name_id"], _ids_matching(trace, api["name_id"], HOST_SYNC)))
-    launching = np.unique(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
+    launching = distinct(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
     sync = sync[np.isin(thread_key(api["pid"][sync], api["tid"][sync]), launching)]
     return HostEvidence(launch_bound, issue_start, issue_end, owner, source, call_start, call_end, call_owner,
                         anchor, cumsum, np.sort(api["start_ns"][sync]))
@@ -368,7 +368,7 @@ def _ids_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> li
     """String ids among ``ids`` whose text matches ``pattern`` — or among the whole string pool when it is the
     smaller: ids the rows do not hold select no row either way."""
     pool = trace.strings
-    candidates = range(len(pool)) if len(pool) <= len(ids) else np.unique(ids[ids >= 0]).tolist()
+    candidates = range(len(pool)) if len(pool) <= len(ids) else distinct(ids[ids >= 0]).tolist()
     return [i for i in candidates if pattern.search(pool[i])]
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..analysis.activity import DeviceActivity, gather
 from ..analysis.gpu_metrics import metric_mask, phase_labels
+from ..analysis.grouped import distinct
 from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary
@@ -248,9 +249,13 @@ def _names_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> 
     if not len(ids):
         return np.zeros(0, dtype=bool)
     valid = ids >= 0
-    distinct = np.unique(ids[valid])  # no inverse: a lookup table by id replaces it (no sort of all rows)
-    hit = np.zeros(int(distinct[-1]) + 1 if len(distinct) else 1, dtype=bool)
-    hit[distinct] = [bool(pattern.search(trace.strings[u])) for u in distinct.tolist()]
+    pool = trace.strings
+    if 0 < len(pool) <= len(ids):  # every string of the pool tested: fewer than the rows' distinct ids' sort
+        hit = np.array([bool(pattern.search(text)) for text in pool.values], dtype=bool)
+    else:
+        present = distinct(ids[valid])  # no inverse: a lookup table by id replaces it (no sort of all rows)
+        hit = np.zeros(int(present[-1]) + 1 if len(present) else 1, dtype=bool)
+        hit[present] = [bool(pattern.search(pool[u])) for u in present.tolist()]
     return valid & hit[np.where(valid, ids, 0)]
 
 
