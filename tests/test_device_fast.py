@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.device import _exclusive
-from traceanalyzer.analysis.grouped import dense_codes, sorted_runs
+from traceanalyzer.analysis.grouped import dense_codes, distinct, sorted_runs
 from traceanalyzer.analysis.steps import project_to_gpu
 from traceanalyzer.analysis.what_if import _contention
 from traceanalyzer.findings.evidence import most_frequent_names
@@ -204,3 +204,27 @@ def test_projection_of_kernels_and_memops_apart_matches_them_together(
     want = _plain_projection(act, starts, ends, pids, tids)
     assert got[2].tolist() == want[2].tolist()
     assert got[0][got[2]].tolist() == want[0][want[2]].tolist() and got[1][got[2]].tolist() == want[1][want[2]].tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(spans=_spans, windows=_windows)
+def test_clip_to_windows_matches_one_piece_per_overlap(spans: list[tuple[int, int, int]],
+                                                       windows: list[tuple[int, int]]) -> None:
+    s = np.array([a for _, a, _ in spans], dtype=np.int64)
+    e = s + np.array([n for _, _, n in spans], dtype=np.int64)
+    ws, we = iv.union(np.array([a for a, _ in windows], dtype=np.int64),
+                      np.array([a + n for a, n in windows], dtype=np.int64))
+    want = sorted((max(a, x), min(b, y), w, i) for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True))
+                  for w, (x, y) in enumerate(zip(ws.tolist(), we.tolist(), strict=True)) if max(a, x) < min(b, y))
+    got = iv.clip_to_windows(s, e, ws, we)
+    assert sorted(zip(*(g.tolist() for g in got), strict=True)) == want
+    assert got[3].tolist() == sorted(got[3].tolist())  # by source interval, then window
+
+
+@settings(max_examples=50, deadline=None)
+@given(values=st.lists(st.integers(-3, 2**40), max_size=40), repeat=st.integers(1, 3000))
+def test_distinct_is_np_unique(values: list[int], repeat: int) -> None:
+    v = np.tile(np.array(values, dtype=np.int64), repeat)  # long enough for several chunks
+    assert distinct(v).tolist() == np.unique(v).tolist() and distinct(v).dtype == v.dtype
+    same = np.full(repeat, 7, dtype=np.int32)
+    assert distinct(same).tolist() == [7] and distinct(same).dtype == same.dtype

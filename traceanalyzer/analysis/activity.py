@@ -88,22 +88,35 @@ def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
         return rows
     api_pid = api["pid"]
     one_api_pid = bool((api_pid == api_pid[0]).all())
-    for pid in distinct(kernels["pid"]):  # one pass per process, not per event
-        k_sel = np.flatnonzero((kernels["pid"] == pid) & (kernels["correlation"] >= 0))
+    k_pid, k_corr_all = kernels["pid"], kernels["correlation"]
+    for pid in distinct(k_pid):  # one pass per process, not per event
+        mine = (k_pid == pid) & (k_corr_all >= 0)
+        k_sel = None if mine.all() else np.flatnonzero(mine)  # None: every row (no index array of them all)
+        del mine
         same = api_pid == pid
         if one_api_pid and not same[0]:  # the one API process, whatever pid the rows name
             same[:] = True
-        a_sel = np.flatnonzero(same & (api["correlation"] >= 0))
-        if len(k_sel) == 0 or len(a_sel) == 0:
+        same &= api["correlation"] >= 0
+        a_sel = np.flatnonzero(same)
+        del same
+        if (k_sel is not None and len(k_sel) == 0) or len(a_sel) == 0:
             continue
         a_corr = api["correlation"][a_sel]
         if not bool((a_corr[1:] >= a_corr[:-1]).all()):  # an nsys process's calls come in correlation order
             order = np.argsort(a_corr, kind="stable")
             a_corr, a_sel = a_corr[order], a_sel[order]
-        k_corr = kernels["correlation"][k_sel]
-        pos = np.minimum(np.searchsorted(a_corr, k_corr), len(a_corr) - 1)
+            del order
+        k_corr = k_corr_all if k_sel is None else k_corr_all[k_sel]
+        pos = np.searchsorted(a_corr, k_corr)
+        np.minimum(pos, len(a_corr) - 1, out=pos)
         hit = a_corr[pos] == k_corr
-        rows[k_sel[hit]] = a_sel[pos[hit]]
+        del a_corr, k_corr
+        if k_sel is None and hit.all():
+            rows = a_sel[pos].astype(np.int64, copy=False)
+        elif k_sel is None:
+            rows[hit] = a_sel[pos[hit]]
+        else:
+            rows[k_sel[hit]] = a_sel[pos[hit]]
     return rows
 
 
@@ -125,15 +138,18 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     m_bucket = _memop_buckets(trace, memops)
     k_comm = k_bucket == COMMUNICATION
     m_comm = m_bucket == COMMUNICATION
+    # the unions first, while the launch columns (and their join's temporaries) are not there yet; the kernels
+    # in start order make a union without a sort, the memory operations' one merged in
+    busy = iv.merge_unions(iv.union(kernels["start_ns"], kernels["end_ns"]),
+                           iv.union(memops["start_ns"], memops["end_ns"]))
+    comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
+                    np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
+    compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
     rows = launch_rows(trace, kernels)
     api = trace.api_calls
     launch, launch_pid, tid = _via(rows, api["start_ns"]), _via(rows, api["pid"]), _via(rows, api["tid"])
     m_rows = launch_rows(trace, memops)
     m_launch = (_via(m_rows, api["start_ns"]), _via(m_rows, api["pid"]), _via(m_rows, api["tid"]))
-    busy = iv.union(np.r_[kernels["start_ns"], memops["start_ns"]], np.r_[kernels["end_ns"], memops["end_ns"]])
-    comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
-                    np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
-    compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
     pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
     return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
                           rows, launch, launch_pid, tid, *m_launch, busy, comm, compute)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 _VALUE_BITS = 40  # values below 2**40 (durations under 18 min) share an int64 sort key with their group
 
@@ -35,9 +34,19 @@ def dense_codes(values: np.ndarray) -> np.ndarray:
     return np.searchsorted(distinct(values), values)
 
 
+_CHUNK = 1 << 16  # values hashed at a time by :func:`distinct`: its hash table stays ~2 MB
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` of a 1-d numeric array, by hashing (pandas) and sorting only the distinct values."""
-    return np.sort(np.asarray(pd.unique(values)))
+    """``np.unique(values)`` of a 1-d numeric array: one look when all are equal (a device's process, a rank),
+    else hashed (pandas) a chunk at a time — a hash table per chunk, not ~35 bytes per value — and only the
+    distinct values of the chunks sorted."""
+    import pandas as pd  # here: the interval algebra using this stays importable without pandas
+
+    if len(values) == 0 or bool((values == values[0]).all()):
+        return np.unique(values[:1])
+    parts = [np.asarray(pd.unique(values[at:at + _CHUNK])) for at in range(0, len(values), _CHUNK)]
+    return np.unique(np.concatenate(parts))
 
 
 def run_quantile(values: np.ndarray, first: np.ndarray, q: float) -> np.ndarray:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .grouped import distinct
+
 Intervals = tuple[np.ndarray, np.ndarray]
 
 _I64 = np.int64
@@ -208,7 +210,8 @@ def group_union(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> tup
     s, e, g = s[keep], e[keep], g[keep]
     if len(s) == 0:
         return s, e, g
-    keys, gi = np.unique(g, return_inverse=True)
+    keys = distinct(g) if g.dtype.kind in "iu" else np.unique(g)
+    gi = np.searchsorted(keys, g)  # np.unique's inverse, without a sort of every row
     lo = np.full(len(keys), np.iinfo(_I64).max, dtype=_I64)
     hi = np.full(len(keys), np.iinfo(_I64).min, dtype=_I64)
     np.minimum.at(lo, gi, s)
@@ -273,11 +276,17 @@ def clip_to_windows(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray
     s, e = _arrays(starts, ends)
     ws, we = _arrays(win_starts, win_ends)
     first = np.searchsorted(we, s, side="right")  # first window ending after the start
-    last = np.searchsorted(ws, e, side="left") - 1  # last window starting before the end
-    count = np.maximum(last - first + 1, 0)
-    source = np.repeat(np.arange(len(s)), count)
-    step_in = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    window = np.repeat(first, count) + step_in
+    count = np.searchsorted(ws, e, side="left") - first  # windows starting before the end, from there on
+    np.maximum(count, 0, out=count)
+    if int(count.max(initial=0)) <= 1:  # each interval inside one window at most (gaps within steps): no repeats
+        source = np.flatnonzero(count)
+        window = first[source]
+    else:
+        source = np.repeat(np.arange(len(s)), count)
+        step_in = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        window = np.repeat(first, count) + step_in
+        del step_in
+    del first, count
     ps = np.maximum(s[source], ws[window])
     pe = np.minimum(e[source], we[window])
     keep = pe > ps
