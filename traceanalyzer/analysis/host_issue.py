@@ -250,18 +250,23 @@ def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads:
     last_end = first_start.copy()
     if len(api) == 0 or len(starts) == 0:
         return first_start, last_end
-    wanted = distinct(threads)
-    on = np.flatnonzero(np.isin(api["pid"], distinct(wanted >> 32)))  # the processes first: no key per call
-    a_thread = thread_key(api["pid"][on], api["tid"][on])
-    for thread in wanted.tolist():
-        calls = on[a_thread == thread]
+    a_pid, a_tid = api["pid"], api["tid"]
+    plain_tids = int(a_tid.min()) >= 0 and int(a_tid.max()) <= 0xFFFFFFFF  # thread_key keeps them as they are
+    for thread in distinct(threads).tolist():
+        low = thread & 0xFFFFFFFF
+        same = a_pid == thread >> 32
+        same &= (a_tid == low) if plain_tids else (a_tid & 0xFFFFFFFF) == low
+        calls = np.flatnonzero(same)  # the thread's calls: no key per call of the table
+        del same
         if len(calls) == 0:
             continue
-        a_start, a_end = api["start_ns"][calls], api["end_ns"][calls]
+        a_start, reach = api["start_ns"][calls], api["end_ns"][calls]
+        del calls
         if not bool((a_start[1:] >= a_start[:-1]).all()):  # a thread's calls come in start order
             order = np.argsort(a_start, kind="stable")
-            a_start, a_end = a_start[order], a_end[order]
-        reach = np.maximum.accumulate(a_end)
+            a_start, reach = a_start[order], reach[order]
+            del order
+        np.maximum.accumulate(reach, out=reach)
         mine = np.flatnonzero(threads == thread)
         lo, hi = starts[mine], ends[mine]
         first = np.searchsorted(a_start, lo, side="left")

@@ -207,7 +207,9 @@ def group_union(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> tup
     s, e = _arrays(starts, ends)
     g = np.asarray(groups).ravel()
     keep = e > s
-    s, e, g = s[keep], e[keep], g[keep]
+    if not keep.all():
+        s, e, g = s[keep], e[keep], g[keep]
+    del keep
     if len(s) == 0:
         return s, e, g
     keys = distinct(g) if g.dtype.kind in "iu" else np.unique(g)
@@ -218,11 +220,19 @@ def group_union(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> tup
     np.maximum.at(hi, gi, e)
     width = hi - lo + 1  # +1 keeps the last end of one group from touching the next group's first start
     offset = np.r_[0, np.cumsum(width)[:-1]].astype(_I64)
-    shift = offset[gi] - lo[gi]
-    us, ue = union(s + shift, e + shift)
+    shift = offset[gi]
+    shift -= lo[gi]
+    del gi
+    lifted_s = s + shift
+    shift += e  # the lifted ends, in place
+    us, ue = union(lifted_s, shift)
+    del lifted_s, shift
     owner = np.searchsorted(offset, us, side="right") - 1
-    back = offset[owner] - lo[owner]
-    return us - back, ue - back, keys[owner]
+    back = offset[owner]
+    back -= lo[owner]
+    us -= back
+    ue -= back
+    return us, ue, keys[owner]
 
 
 def cumulative(u: Intervals, t: np.ndarray) -> np.ndarray:
