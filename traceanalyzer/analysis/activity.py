@@ -9,6 +9,7 @@ and compute (non-communication *kernels*; memory ops run on copy engines and hid
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -36,14 +37,24 @@ class DeviceActivity:
     memop_is_comm: np.ndarray
     launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when the kernel links to none
     launch_ns: np.ndarray  # host launch time per kernel, -1 when unlinked
-    launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked)
+    launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked; int32 where they fit)
     launch_tid: np.ndarray
     memop_launch_ns: np.ndarray  # the same three for memops (-1 when unlinked)
     memop_launch_pid: np.ndarray
     memop_launch_tid: np.ndarray
     busy: iv.Intervals
     comm: iv.Intervals
-    compute: iv.Intervals
+
+    @cached_property
+    def compute(self) -> iv.Intervals:
+        """Union of the non-communication kernels; cached until :meth:`forget_compute` (the device analysis reads
+        it three times, nothing after it but ``compare``)."""
+        compute = ~self.kernel_is_comm
+        return iv.union(self.kernels["start_ns"][compute], self.kernels["end_ns"][compute])
+
+    def forget_compute(self) -> None:
+        """Drop the cached :attr:`compute` union (about as many intervals as kernels); the next read rebuilds it."""
+        self.__dict__.pop("compute", None)
 
     @property
     def span(self) -> tuple[int, int]:
@@ -128,6 +139,14 @@ def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
     return out
 
 
+def _narrow(ids: np.ndarray) -> np.ndarray:
+    """Process or thread ids as int32 where every one fits (they are compared and keyed, never summed)."""
+    info = np.iinfo(np.int32)
+    if len(ids) and info.min <= int(ids.min()) and int(ids.max()) <= info.max:
+        return ids.astype(np.int32)
+    return ids
+
+
 def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     """Collect the activity of ``(rank, device)`` from a classified trace."""
     kernels = _rows_of(trace.kernels, rank, device)
@@ -144,12 +163,12 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
                            iv.union(memops["start_ns"], memops["end_ns"]))
     comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
                     np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
-    compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
     rows = launch_rows(trace, kernels)
     api = trace.api_calls
-    launch, launch_pid, tid = _via(rows, api["start_ns"]), _via(rows, api["pid"]), _via(rows, api["tid"])
+    launch, launch_pid, tid = _via(rows, api["start_ns"]), _narrow(_via(rows, api["pid"])), \
+        _narrow(_via(rows, api["tid"]))
     m_rows = launch_rows(trace, memops)
-    m_launch = (_via(m_rows, api["start_ns"]), _via(m_rows, api["pid"]), _via(m_rows, api["tid"]))
+    m_launch = (_via(m_rows, api["start_ns"]), _narrow(_via(m_rows, api["pid"])), _narrow(_via(m_rows, api["tid"])))
     pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
     return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
-                          rows, launch, launch_pid, tid, *m_launch, busy, comm, compute)
+                          rows, launch, launch_pid, tid, *m_launch, busy, comm)

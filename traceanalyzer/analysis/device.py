@@ -254,6 +254,8 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
         _exclusive(sets, order, windows if numbers else None)  # both splits from one growing union
     step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
+    collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
+    act.forget_compute()  # read above for the last time in a summary
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
@@ -267,7 +269,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         step_evidence=structure.evidence, layers_per_step=_layers_per_step(layers.table),
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
-        collectives=collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"])),
+        collectives=collectives,
         top_kernels=pd.DataFrame(columns=TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
         top_kernels_in_steps=step_top, in_steps=step_numbers,
         comm_idle_gaps_ns=pd.DataFrame(columns=GAP_COLUMNS) if "comm_idle_gaps" in skip else

@@ -45,7 +45,7 @@ import pandas as pd
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
-from .grouped import run_quantile, sorted_runs
+from .grouped import dense_codes, run_quantile, sorted_runs
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 from .what_if_range import profiler_weighing, step_range, upper_bounds
@@ -99,12 +99,15 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
 
 
 def _codes(*keys: np.ndarray) -> np.ndarray:
-    """One dense int64 code per distinct combination of the keys (in no particular order)."""
+    """One dense int64 code per distinct combination of the (integer) keys, in their sorted order: each key's rank
+    among its distinct values, combined, made dense again (so the next product cannot overflow) — binary searches
+    in the distinct values, no hash table or sort of every row."""
     code = np.zeros(len(keys[0]), dtype=np.int64)
     for key in keys:
-        part, distinct = pd.factorize(key)
-        code = code * len(distinct) + part
-        code = pd.factorize(code)[0].astype(np.int64)  # dense again, so the next product cannot overflow
+        part = dense_codes(key)
+        code *= int(part.max()) + 1
+        code += part
+        code = dense_codes(code)
     return code
 
 

@@ -72,7 +72,7 @@ class DeviceEvidence:
         chains = self.__dict__.get("chains")
         if chains is not None:
             chains.attrs.pop("followers", None)
-        self.__dict__.pop("_gaps", None)  # an input of figures, not one
+        self.__dict__.pop("_gap_figures", None)  # held by the figures themselves now
         self._trace = self._device = None
         return self
 
@@ -104,10 +104,7 @@ class DeviceEvidence:
     def launch_idle(self) -> tuple[int, float]:
         """(median per step of the idle time in gaps shorter than ``long_gap_min_ns``, its % of the step): the
         launch gaps between kernels; longer gaps are the host blocked or busy elsewhere."""
-        gs, ge, window = self._gaps
-        short = (ge - gs) < self.long_gap_min_ns
-        idle = per_step_median(steps(self._dev), window[short], (ge - gs)[short])
-        return idle, pct_of_step(self._dev, idle) or 0.0
+        return self._gap_figures[0]
 
     @cached_property
     def kernels_in_steps(self) -> tuple[int, int]:
@@ -128,12 +125,18 @@ class DeviceEvidence:
     @cached_property
     def gaps_with_cause(self) -> tuple[int, int, dict[str, int]] | None:
         """:func:`gaps_with_cause` with ``long_gap_min_ns``."""
-        return gaps_with_cause(self.trace, self._dev, self.long_gap_min_ns, self._gaps)
+        return self._gap_figures[1]
 
     @cached_property
-    def _gaps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`_device_gaps`, read by both figures above."""
-        return _device_gaps(self.trace, self._dev)
+    def _gap_figures(self) -> tuple[tuple[int, float], tuple[int, int, dict[str, int]] | None]:
+        """``launch_idle`` and ``gaps_with_cause`` from one :func:`_device_gaps` (both rules read both; the gaps,
+        about as many as the device's kernels, are not kept)."""
+        gaps = _device_gaps(self.trace, self._dev)
+        gs, ge, window = gaps
+        short = (ge - gs) < self.long_gap_min_ns
+        idle = per_step_median(steps(self._dev), window[short], (ge - gs)[short])
+        return (idle, pct_of_step(self._dev, idle) or 0.0), gaps_with_cause(self.trace, self._dev,
+                                                                             self.long_gap_min_ns, gaps)
 
     # -- collectives done on the CPU (host_rules.collectives_without_kernels) ----------------------------------
     @cached_property
