@@ -228,3 +228,18 @@ def test_distinct_is_np_unique(values: list[int], repeat: int) -> None:
     assert distinct(v).tolist() == np.unique(v).tolist() and distinct(v).dtype == v.dtype
     same = np.full(repeat, 7, dtype=np.int32)
     assert distinct(same).tolist() == [7] and distinct(same).dtype == same.dtype
+
+
+@settings(max_examples=80, deadline=None)
+@given(spans=_spans, lo=st.integers(-10, 260), hi=st.integers(-10, 260))
+def test_gaps_match_the_clipped_holes(spans: list[tuple[int, int, int]], lo: int, hi: int) -> None:
+    u = iv.union(np.array([s for _, s, _ in spans], dtype=np.int64), np.array([s + n for _, s, n in spans]))
+    if len(u[0]) == 0:
+        return
+    want = iv.clip(np.r_[lo, u[1]], np.r_[u[0], hi], lo, hi)
+    got = iv.gaps(u, lo, hi)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    inside = iv.gaps(u, min(lo, int(u[0][0])), max(hi, int(u[1][-1])))  # the fast path
+    want = iv.clip(np.r_[min(lo, int(u[0][0])), u[1]], np.r_[u[0], max(hi, int(u[1][-1]))], min(lo, int(u[0][0])),
+                   max(hi, int(u[1][-1])))
+    assert inside[0].tolist() == want[0].tolist() and inside[1].tolist() == want[1].tolist()

@@ -297,9 +297,13 @@ def clip_to_windows(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray
         window = np.repeat(first, count) + step_in
         del step_in
     del first, count
-    ps = np.maximum(s[source], ws[window])
-    pe = np.minimum(e[source], we[window])
+    ps = s[source]
+    np.maximum(ps, ws[window], out=ps)
+    pe = e[source]
+    np.minimum(pe, we[window], out=pe)
     keep = pe > ps
+    if keep.all():  # non-empty intervals: every piece is
+        return ps, pe, window, source
     return ps[keep], pe[keep], window[keep], source[keep]
 
 
@@ -326,6 +330,9 @@ def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Interval
     hi = int(u_e[-1]) if hi is None else hi
     g_s = np.r_[lo, u_e].astype(_I64)
     g_e = np.r_[u_s, hi].astype(_I64)
+    if lo <= u_s[0] and u_e[-1] <= hi:  # the union inside [lo, hi): only the two outer gaps can be empty
+        first, stop = int(g_e[0] <= g_s[0]), len(g_s) - int(g_e[-1] <= g_s[-1])
+        return g_s[first:stop], g_e[first:stop]
     return clip(g_s, g_e, lo, hi)
 
 
