@@ -73,20 +73,22 @@ def _claim_order(sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> list[
     return [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]
 
 
-def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], windows: iv.Intervals | None = None
-               ) -> tuple[dict[str, int], dict[str, int]]:
+def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], busy: iv.Intervals,
+               windows: iv.Intervals | None = None) -> tuple[dict[str, int], dict[str, int]]:
     """The exclusive split of busy time: each bucket gets the busy time no bucket before it claimed, over the whole
     device and (``windows``, a union) inside the windows (``{}`` without them).
 
     Every bucket's union lies inside busy, which is the union of them all, so "busy minus the buckets before it,
     intersected with it" has the length ``|C_i| - |C_(i-1)|`` with ``C_i`` the union of the first ``i`` buckets:
-    one growing union, merged a bucket at a time, instead of a difference per bucket."""
+    one growing union, merged a bucket at a time, instead of a difference per bucket; the last ``C`` is busy
+    itself, not merged."""
     whole: dict[str, int] = {}
     within: dict[str, int] = {}
     claimed = iv.empty()
     before = before_within = 0
-    for bucket in _claim_order(sets, order):
-        claimed = iv.merge_unions(claimed, sets[bucket])
+    claim = _claim_order(sets, order)
+    for i, bucket in enumerate(claim):
+        claimed = busy if i == len(claim) - 1 else iv.merge_unions(claimed, sets[bucket])
         now = iv.lengths_sum(claimed)
         whole[bucket], before = now - before, now
         if windows is not None:
@@ -252,7 +254,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     numbers = "in_steps" not in skip
     exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
-        _exclusive(sets, order, windows if numbers else None)  # both splits from one growing union
+        _exclusive(sets, order, act.busy, windows if numbers else None)  # both splits from one growing union
     step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
     collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
     act.forget_compute()  # read above for the last time in a summary
