@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +15,7 @@ from traceanalyzer.analysis.device import _exclusive
 from traceanalyzer.analysis.grouped import dense_codes, distinct, sorted_runs
 from traceanalyzer.analysis.steps import project_to_gpu
 from traceanalyzer.analysis.what_if import _contention
-from traceanalyzer.findings.evidence import most_frequent_names
+from traceanalyzer.findings.evidence import NORM_NAME, _names_match, most_frequent_names
 from traceanalyzer.trace import StringPool, Trace
 
 _spans = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(0, 30)), min_size=0, max_size=60)
@@ -243,3 +244,15 @@ def test_gaps_match_the_clipped_holes(spans: list[tuple[int, int, int]], lo: int
     want = iv.clip(np.r_[min(lo, int(u[0][0])), u[1]], np.r_[u[0], max(hi, int(u[1][-1]))], min(lo, int(u[0][0])),
                    max(hi, int(u[1][-1])))
     assert inside[0].tolist() == want[0].tolist() and inside[1].tolist() == want[1].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(-1, 5), max_size=40), many=st.booleans())
+def test_name_matches_by_lookup_match_testing_each_name(ids: list[int], many: bool) -> None:
+    names = ["rms_norm", "gemm", "None", "layer_norm_x", "add", "LayerNorm"]
+    names += [f"k{i}" for i in range(60 if many else 0)]  # a pool larger than the rows: their distinct ids
+    trace = Trace("t", "nsys-sqlite", StringPool(names), {})
+    rows = np.array(ids, dtype=np.int32)
+    for pattern in (NORM_NAME, re.compile("^None$"), re.compile("e")):
+        want = [bool(pattern.search(str(n))) for n in trace.names(rows)]
+        assert _names_match(trace, rows, pattern).tolist() == want

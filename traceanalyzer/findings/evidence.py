@@ -177,10 +177,9 @@ def _ids(trace: Trace, values: tuple[str, ...]) -> np.ndarray:
 
 
 def _names_match(trace: Trace, name_ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
-    """Per row: whether the kernel name (by string id) matches ``pattern``; each distinct name is tested once."""
-    uniq, inverse = np.unique(name_ids, return_inverse=True)
-    hits = np.array([bool(pattern.search(str(n))) for n in trace.names(uniq)], dtype=bool)
-    return hits[inverse] if len(uniq) else np.zeros(len(name_ids), dtype=bool)
+    """Per row: whether the kernel name (by string id) matches ``pattern``; each distinct name is tested once, a
+    missing one (id < 0) as the text "None" (``str`` of ``trace.names``' None)."""
+    return _names_matching(trace, name_ids, pattern) | ((name_ids < 0) & bool(pattern.search("None")))
 
 
 def most_frequent_names(trace: Trace, ids: np.ndarray, n: int) -> dict[str, int]:
