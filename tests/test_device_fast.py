@@ -14,9 +14,9 @@ from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.device import _exclusive
 from traceanalyzer.analysis.grouped import dense_codes, distinct, sorted_runs
 from traceanalyzer.analysis.steps import project_to_gpu
-from traceanalyzer.analysis.what_if import _contention
+from traceanalyzer.analysis.what_if import _contention, _dependency_latency
 from traceanalyzer.findings.evidence import NORM_NAME, _names_match, most_frequent_names
-from traceanalyzer.trace import StringPool, Trace
+from traceanalyzer.trace import StringPool, Table, Trace
 
 _spans = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(0, 30)), min_size=0, max_size=60)
 _windows = st.lists(st.tuples(st.integers(0, 230), st.integers(0, 40)), min_size=0, max_size=6)
@@ -256,3 +256,40 @@ def test_name_matches_by_lookup_match_testing_each_name(ids: list[int], many: bo
     for pattern in (NORM_NAME, re.compile("^None$"), re.compile("e")):
         want = [bool(pattern.search(str(n))) for n in trace.names(rows)]
         assert _names_match(trace, rows, pattern).tolist() == want
+
+
+def _plain_latency(act: SimpleNamespace, launch_bound: np.ndarray) -> np.ndarray:
+    """The dependency latency computed for every kernel, then kept for the communication ones (as first written)."""
+    k, out = act.kernels, np.zeros(len(act.kernels), dtype=np.int64)
+    b_start, b_end = act.busy
+    if len(b_start) < 2 or not act.kernel_is_comm.any():
+        return out
+    start, end = k["start_ns"], k["end_ns"]
+    pos = np.searchsorted(b_start, start, side="right") - 1
+    opens = (pos >= 1) & (b_start[np.maximum(pos, 0)] == start)
+    before = np.where(opens, start - b_end[np.maximum(pos - 1, 0)], 0)
+    typical = before[opens & ~act.kernel_is_comm & ~launch_bound]
+    if len(typical) == 0:
+        return out
+    usual = int(np.median(typical))
+    closes = (pos >= 0) & (pos + 1 < len(b_start)) & (b_end[np.clip(pos, 0, len(b_end) - 1)] == end)
+    nxt_start = b_start[np.clip(pos + 1, 0, len(b_start) - 1)]
+    nxt = np.minimum(np.searchsorted(start, nxt_start, side="left"), len(start) - 1)
+    after = np.where(closes & ~launch_bound[nxt], nxt_start - end, 0)
+    lat = np.where(opens & ~launch_bound, np.maximum(before - usual, 0), 0) + np.maximum(after - usual, 0)
+    return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 25), st.booleans(), st.booleans()), min_size=1,
+                     max_size=50))
+def test_dependency_latency_of_the_communication_kernels_alone(rows: list[tuple[int, int, bool, bool]]) -> None:
+    rows = sorted(rows)
+    start = np.array([r[0] for r in rows], dtype=np.int64)
+    kernels = Table.from_columns("kernels", len(rows), start_ns=start,
+                                 end_ns=start + np.array([r[1] for r in rows], dtype=np.int64))
+    act = SimpleNamespace(kernels=kernels, kernel_is_comm=np.array([r[2] for r in rows]),
+                          busy=iv.union(kernels["start_ns"], kernels["end_ns"]))
+    launch_bound = np.array([r[3] for r in rows])
+    got = _dependency_latency(act, SimpleNamespace(launch_bound=launch_bound))  # type: ignore[arg-type]
+    assert got.tolist() == _plain_latency(act, launch_bound).tolist()

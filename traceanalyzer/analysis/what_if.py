@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace import Trace
+from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .grouped import dense_codes, run_quantile, sorted_runs
@@ -79,10 +79,10 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
     compute = ~act.kernel_is_comm
     if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
         return pd.Series(dtype=np.int64)
-    s, e = k["start_ns"][compute], k["end_ns"][compute]
-    beside = iv.overlaps(act.comm, s, e)
-    dur = e - s
-    kernel = _codes(k["name_id"][compute], k["grid"][compute], k["block"][compute])
+    s, dur = k["start_ns"][compute], k["end_ns"][compute]
+    beside = iv.overlaps(act.comm, s, dur)
+    dur -= s
+    kernel = _codes(k, ("name_id", "grid", "block"), compute)
     base = np.full(int(kernel.max()) + 1, np.nan)
     if not beside.all():
         ids, _, by_dur, first = sorted_runs(kernel[~beside], dur[~beside])
@@ -98,13 +98,14 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
     return pd.Series(total[steps >= 0].astype(np.int64), index=steps[steps >= 0])
 
 
-def _codes(*keys: np.ndarray) -> np.ndarray:
-    """One dense int64 code per distinct combination of the (integer) keys, in their sorted order: each key's rank
-    among its distinct values, combined, made dense again (so the next product cannot overflow) — binary searches
-    in the distinct values, no hash table or sort of every row."""
-    code = np.zeros(len(keys[0]), dtype=np.int64)
-    for key in keys:
-        part = dense_codes(key)
+def _codes(table: Table, columns: tuple[str, ...], rows: np.ndarray) -> np.ndarray:
+    """One dense int64 code per distinct combination of the (integer) ``columns`` at ``rows`` (a mask), in their
+    sorted order: each key's rank among its distinct values, combined, made dense again (so the next product cannot
+    overflow) — binary searches in the distinct values, no hash table or sort of every row; one column gathered at
+    a time."""
+    code = np.zeros(int(rows.sum()), dtype=np.int64)
+    for column in columns:
+        part = dense_codes(table[column][rows])
         code *= int(part.max()) + 1
         code += part
         code = dense_codes(code)
@@ -124,17 +125,24 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
     start, end = k["start_ns"], k["end_ns"]
     pos = np.searchsorted(b_start, start, side="right") - 1  # busy interval holding each kernel
     opens = (pos >= 1) & (b_start[np.maximum(pos, 0)] == start)
-    before = np.where(opens, start - b_end[np.maximum(pos - 1, 0)], 0)
-    typical = before[opens & ~act.kernel_is_comm & ~host.launch_bound]
-    if len(typical) == 0:
+    # the usual gap: before the kernels opening a busy interval, neither communication nor waiting for the host
+    usual_rows = np.flatnonzero(opens & ~act.kernel_is_comm & ~host.launch_bound)
+    if len(usual_rows) == 0:
         return out
-    usual = int(np.median(typical))
-    closes = (pos >= 0) & (pos + 1 < len(b_start)) & (b_end[np.clip(pos, 0, len(b_end) - 1)] == end)
-    nxt_start = b_start[np.clip(pos + 1, 0, len(b_start) - 1)]
+    usual = int(np.median(start[usual_rows] - b_end[pos[usual_rows] - 1]))
+    del usual_rows
+    comm = np.flatnonzero(act.kernel_is_comm)  # the rest only for the communication kernels
+    c_pos, c_opens, c_start, c_end = pos[comm], opens[comm], start[comm], end[comm]
+    del pos, opens
+    before = np.where(c_opens, c_start - b_end[np.maximum(c_pos - 1, 0)], 0)
+    closes = (c_pos >= 0) & (c_pos + 1 < len(b_start)) & (b_end[np.clip(c_pos, 0, len(b_end) - 1)] == c_end)
+    nxt_start = b_start[np.clip(c_pos + 1, 0, len(b_start) - 1)]
     nxt = np.minimum(np.searchsorted(start, nxt_start, side="left"), len(k) - 1)
-    after = np.where(closes & ~host.launch_bound[nxt], nxt_start - end, 0)
-    lat = np.where(opens & ~host.launch_bound, np.maximum(before - usual, 0), 0) + np.maximum(after - usual, 0)
-    return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
+    after = np.where(closes & ~host.launch_bound[nxt], nxt_start - c_end, 0)
+    lat = np.where(c_opens & ~host.launch_bound[comm], np.maximum(before - usual, 0), 0) + \
+        np.maximum(after - usual, 0)
+    out[comm] = lat
+    return out
 
 
 def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Columns | None:
