@@ -249,19 +249,21 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     hidden, exposed = iv.split(act.comm, act.compute)
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
-    comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
-    whole_top = None if "top_kernels" in skip else top_kernels(act)
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     numbers = "in_steps" not in skip
     exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
         _exclusive(sets, order, act.busy, windows if numbers else None)  # both splits from one growing union
+    bucket_ns, claim_order = {b: iv.lengths_sum(u) for b, u in sorted(sets.items())}, _claim_order(sets, order)
+    del sets, hidden  # about as many intervals as kernels: not kept through the rest
+    comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
+    whole_top = None if "top_kernels" in skip else top_kernels(act)
     step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
     collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
     act.forget_compute()  # read above for the last time in a summary
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
-        bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
+        bucket_ns=bucket_ns,
         bucket_exclusive_ns={} if "bucket_exclusive" in skip else exclusive,
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
@@ -276,7 +278,7 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         top_kernels_in_steps=step_top, in_steps=step_numbers,
         comm_idle_gaps_ns=pd.DataFrame(columns=GAP_COLUMNS) if "comm_idle_gaps" in skip else
         comm_idle_gaps(exposed, steps, layers),
-        extra={"exclusive_precedence": _claim_order(sets, order),
+        extra={"exclusive_precedence": claim_order,
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
                "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},
