@@ -31,11 +31,10 @@ class DeviceActivity:
     pids: np.ndarray
     kernels: Table
     memops: Table
-    kernel_bucket: np.ndarray  # object array of bucket strings
     memop_bucket: np.ndarray
     kernel_is_comm: np.ndarray
     memop_is_comm: np.ndarray
-    launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when the kernel links to none
+    launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when it links to none (int32 if fits)
     launch_ns: np.ndarray  # host launch time per kernel, -1 when unlinked
     launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked; int32 where they fit)
     launch_tid: np.ndarray
@@ -44,6 +43,11 @@ class DeviceActivity:
     memop_launch_tid: np.ndarray
     busy: iv.Intervals
     comm: iv.Intervals
+
+    @property
+    def kernel_bucket(self) -> np.ndarray:
+        """Bucket string of each kernel (object array), looked up on each read: not kept per kernel."""
+        return self.trace.names(self.kernels["bucket_id"]).astype(object, copy=False)
 
     @cached_property
     def compute(self) -> iv.Intervals:
@@ -140,7 +144,8 @@ def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
 
 
 def _narrow(ids: np.ndarray) -> np.ndarray:
-    """Process or thread ids as int32 where every one fits (they are compared and keyed, never summed)."""
+    """Ids (processes, threads) or row numbers as int32 where every one fits: they are compared, keyed or used to
+    index, never summed, and kept per kernel with the device's activity."""
     info = np.iinfo(np.int32)
     if len(ids) and info.min <= int(ids.min()) and int(ids.max()) <= info.max:
         return ids.astype(np.int32)
@@ -153,9 +158,9 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     memops = _rows_of(trace.memops, rank, device)
     if "bucket_id" not in kernels:
         raise ValueError("trace is not classified (kernels have no bucket_id); load it with classify=True")
-    k_bucket = trace.names(kernels["bucket_id"]).astype(object, copy=False)
     m_bucket = _memop_buckets(trace, memops)
-    k_comm = k_bucket == COMMUNICATION
+    comm_id = trace.strings.get(COMMUNICATION)  # compared by string id: no string per row
+    k_comm = kernels["bucket_id"] == comm_id if comm_id >= 0 else np.zeros(len(kernels), dtype=bool)
     m_comm = m_bucket == COMMUNICATION
     # the unions first, while the launch columns (and their join's temporaries) are not there yet; the kernels
     # in start order make a union without a sort, the memory operations' one merged in
@@ -163,12 +168,12 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
                            iv.union(memops["start_ns"], memops["end_ns"]))
     comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
                     np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
-    rows = launch_rows(trace, kernels)
+    rows = _narrow(launch_rows(trace, kernels))
     api = trace.api_calls
     launch, launch_pid, tid = _via(rows, api["start_ns"]), _narrow(_via(rows, api["pid"])), \
         _narrow(_via(rows, api["tid"]))
     m_rows = launch_rows(trace, memops)
     m_launch = (_via(m_rows, api["start_ns"]), _narrow(_via(m_rows, api["pid"])), _narrow(_via(m_rows, api["tid"])))
     pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
-    return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
+    return DeviceActivity(trace, rank, device, pids, kernels, memops, m_bucket, k_comm, m_comm,
                           rows, launch, launch_pid, tid, *m_launch, busy, comm)

@@ -16,6 +16,7 @@ Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,8 +46,8 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     """Union of every bucket present on the device (kernels and memops together), in order of first appearance
     (kernels, then memops); one bucket at a time, so the temporaries are those of the largest bucket."""
     k, m = act.kernels, act.memops
-    k_codes, k_names = _factorized(act.trace, k, act.kernel_bucket)
-    m_codes, m_names = _factorized(act.trace, m, act.memop_bucket)
+    k_codes, k_names = _factorized(act.trace, k, lambda: act.kernel_bucket)
+    m_codes, m_names = _factorized(act.trace, m, lambda: act.memop_bucket)
     k_code = {str(b): c for c, b in enumerate(k_names)}
     m_code = {str(b): c for c, b in enumerate(m_names)}
     sets = {}
@@ -58,13 +59,13 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     return sets
 
 
-def _factorized(trace: Trace, table: Table, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``pd.factorize`` of the rows' bucket strings — of their string ids when every row has one (the same codes
-    and order: one id per string), which hashes integers instead of strings."""
+def _factorized(trace: Trace, table: Table, bucket: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of the rows' bucket strings (``bucket()``) — of their string ids when every row has one
+    (the same codes and order: one id per string), which hashes integers instead of strings."""
     if "bucket_id" in table and len(table) and int(table["bucket_id"].min()) >= 0:
         codes, ids = pd.factorize(table["bucket_id"])
         return codes, trace.names(np.asarray(ids))
-    codes, names = pd.factorize(bucket, use_na_sentinel=False)
+    codes, names = pd.factorize(bucket(), use_na_sentinel=False)
     return codes, np.asarray(names, dtype=object)
 
 
