@@ -13,6 +13,7 @@ from conftest import FIXTURES, SHARED
 
 from traceanalyzer.analysis.host_issue import api_span_within, issue_ranges
 from traceanalyzer.api import load
+from traceanalyzer.call_starts import decoded
 from traceanalyzer.loaders import SUMMARY_TABLES, nsys_sql
 from traceanalyzer.pipeline import summarize
 
@@ -59,10 +60,13 @@ def test_chunk_boundaries_do_not_change_the_rows(monkeypatch: pytest.MonkeyPatch
     big = load(SERIAL, tables=SUMMARY_TABLES, classify=False)
     monkeypatch.setattr(nsys_sql, "CONCAT_ROWS", 97)
     small = load(SERIAL, tables=SUMMARY_TABLES, classify=False)
-    for name in ("api_calls", "api_starts", "kernels"):
+    for name in ("api_calls", "kernels"):
         a, b = big.tables[name], small.tables[name]
         assert a.columns.keys() == b.columns.keys()
         assert all(np.array_equal(a[c], b[c]) for c in a.columns), name
+    for rank in (0, 1):  # every call's start: other blocks, the same starts
+        starts = [np.sort(decoded(t.tables["api_start_blocks"], t.api_starts["offset_ns"], rank)) for t in (big, small)]
+        assert np.array_equal(*starts) and len(starts[0]) > 1000
 
 
 def test_impossible_api_rows_are_counted_as_when_all_are_read(tmp_path: Path) -> None:
@@ -78,7 +82,8 @@ def test_impossible_api_rows_are_counted_as_when_all_are_read(tmp_path: Path) ->
     assert whole.capabilities["dropped_rows"]["api_calls"]["beyond_capture"] > 0
     assert [w for w in whole.warnings if "api_calls" in w] == [w for w in part.warnings if "api_calls" in w] != []
     assert len(part.api_starts) == len(whole.api_calls)
-    assert np.array_equal(np.sort(part.api_starts["start_ns"]), np.sort(whole.api_calls["start_ns"]))
+    every = decoded(part.tables["api_start_blocks"], part.api_starts["offset_ns"])
+    assert np.array_equal(np.sort(every), np.sort(whole.api_calls["start_ns"]))
 
 
 def test_a_value_that_is_not_an_integer_is_named_as_before(tmp_path: Path) -> None:
@@ -94,3 +99,37 @@ def test_a_value_that_is_not_an_integer_is_named_as_before(tmp_path: Path) -> No
         conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x' WHERE rowid = 7")
     with pytest.raises(CorruptFileError, match=r"CUPTI_ACTIVITY_KIND_RUNTIME\.correlationId.*row 7 read"):
         load(path, tables=SUMMARY_TABLES, classify=False)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rows_merged_in_place_are_the_sorted_union(seed: int) -> None:
+    """The kept API rows and the range-end rows found after the pass, merged by row number in the kept rows' own
+    buffer (any block size, with or without spare room), equal sorting the union."""
+    from traceanalyzer.loaders.nsys_api import _Filled
+
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(10_000, size=3000, replace=False))
+    mine = rows[rng.random(len(rows)) < 0.8]
+    added = np.setdiff1d(rows, mine)
+    for capacity, block in ((len(rows), 7), (len(mine), 1000), (10_000, 1 << 20)):
+        filled = _Filled([("row", "i8"), ("value", "i4")], capacity)
+        for part in np.array_split(mine, 5):
+            filled.append({"row": part, "value": (part * 3).astype(np.int32)})
+        filled.merge_rows("row", {"row": added, "value": (added * 3).astype(np.int32)}, block=block)
+        got = filled.columns()
+        assert np.array_equal(got["row"], rows) and np.array_equal(got["value"], rows * 3)
+
+
+@pytest.mark.parametrize("spread", [10, 10**12])
+def test_launch_lookup_is_membership(spread: int) -> None:
+    """A call is a launch when its correlation id is one of the GPU activity's: by table (dense ids) or by
+    binary search (sparse ids), the same as np.isin; -1 and ids past the largest are not."""
+    from traceanalyzer.loaders.nsys_api import _Launches
+
+    rng = np.random.default_rng(spread % 97)
+    launched = np.r_[rng.integers(0, 1000 * spread, size=2000), -1, -1]
+    calls = np.r_[rng.choice(launched, size=3000), rng.integers(-3, 1000 * spread + 5, size=3000), -1]
+    lookup = _Launches(launched, len(calls))
+    assert (lookup.table is not None) == (spread == 10)
+    assert np.array_equal(lookup(calls), np.isin(calls, launched[launched >= 0]))
+    assert not _Launches(np.array([-1]), 5)(np.array([-1, 0, 3])).any()

@@ -85,10 +85,15 @@ TABLES: dict[str, list[Column]] = {
         _c("name_id", "int32", "", "API name without version suffix (cudaLaunchKernel)", string=True),
     ],
     "api_starts": [
-        _c("start_ns", "int64", "ns", "start of a host API call: every call of an nsys export read for a summary, "
-           "whose api_calls then holds only the calls the analyses read (launches, blocking calls, calls near a "
-           "collective's issuing range); empty otherwise"),
-        _c("rank", "int32", "", "distributed rank of the calling process, -1 if unknown"),
+        _c("offset_ns", "int32", "ns", "start of a host API call less its block's start (``api_start_blocks``): "
+           "every call of an nsys export read for a summary, whose api_calls then holds only the calls the "
+           "analyses read (launches, blocking calls, calls near a collective's issuing range); empty otherwise"),
+    ],
+    "api_start_blocks": [
+        _c("start_ns", "int64", "ns", "the block's first call start (its calls' starts are this plus their offsets)"),
+        *_WHO,
+        _c("first", "int64", "", "position in api_starts of the block's first call"),
+        _c("rows", "int64", "", "calls in the block: one process, sorted by start, spanning under 2**31 ns"),
     ],
     "graph_launches": [
         _c("start_ns", "int64", "ns", "start of a whole CUDA-graph execution (nsys graph-level trace)"),

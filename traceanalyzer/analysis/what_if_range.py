@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..call_starts import counts_between
 from ..trace import Trace
 from .results import DeviceSummary
 
@@ -76,17 +77,21 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
     r = trace.ranges
-    # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
-    api = trace.api_starts if trace.capabilities.get("api_calls_subset") else trace.api_calls
     cpu_op = trace.strings.get("cpu_op")
-    starts = [api["start_ns"][api["rank"] == dev.rank]] if len(api) else []
+    starts = []
+    if trace.capabilities.get("api_calls_subset"):
+        # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
+        counts = counts_between(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], dev.rank, ws, we)
+    else:
+        counts = np.zeros(len(ws), dtype=np.int64)
+        if len(trace.api_calls):
+            starts.append(trace.api_calls["start_ns"][trace.api_calls["rank"] == dev.rank])
     if len(r) and cpu_op is not None and cpu_op >= 0:
         starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
-    counts = np.zeros(len(ws), dtype=np.int64)
     for events in starts:  # counted per source, each sorted only when it is not already
         events = events if bool((events[1:] >= events[:-1]).all()) else np.sort(events)
         counts += np.searchsorted(events, we) - np.searchsorted(events, ws)
-    return per["step"].to_numpy(np.int64), counts
+    return per["step"].to_numpy(np.int64), counts.astype(np.int64)
 
 
 def upper_bounds(steps: np.ndarray, per_step: pd.DataFrame, idle: np.ndarray, profiler: np.ndarray,

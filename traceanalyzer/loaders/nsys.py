@@ -146,7 +146,7 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
     if "api_calls" in want:
         cols["api_calls"] = read_api_calls(ctx)
     elif API_SUBSET in want:
-        cols["api_calls"], cols["api_starts"], checked = read_needed_api_calls(ctx, cols)
+        cols["api_calls"], cols["api_starts"], cols["api_start_blocks"], checked = read_needed_api_calls(ctx, cols)
     if "graph_launches" in want:
         cols["graph_launches"] = read_graph_launches(ctx)
     if "gpu_metrics" in want:
@@ -185,8 +185,6 @@ def _with_ranks(cols: dict[str, _Columns], ranks: RankAssignment) -> dict[str, T
         if data:
             if "pid" in data:  # gpu_metrics are per device, not per process
                 data["rank"] = ranks.of(data["pid"])
-            if name == "api_starts":
-                data = {"start_ns": data.pop("start_ns"), "rank": data.pop("rank")}
             tables[name] = _table(name, data)
     for name in ("kernels", "memops"):  # each device's activity a slice of views (analysis.activity.gather)
         if name in tables:

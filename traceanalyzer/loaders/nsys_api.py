@@ -8,8 +8,8 @@ The runtime table is an export's biggest (4–5 rows per kernel). It is read onc
   synchronising, graph launches), and for each outermost CPU range issuing a collective
   (:data:`~traceanalyzer.api_names.ISSUE_OP`) the first call starting in it and the one ending last among the
   calls overlapping it: all that ``host_issue.api_span_within`` reads of the calls such a range makes;
-* in ``api_starts``: the start and rank of every call (the profiler's recorded host events, which the what-if
-  counts per step).
+* in ``api_starts`` and ``api_start_blocks``: the start of every call, 4 bytes each (:mod:`~traceanalyzer.call_starts`;
+  the profiler's recorded host events, which the what-if counts per step).
 
 Rows that cannot be true are left out and counted with :mod:`.sanity`'s rule (end before start; beyond the
 capture, whose bounds come from the GPU activity already read), so its warning names the same numbers as when
@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..api_names import ISSUE_OP, SELECTED_API_NAMES
+from ..call_starts import start_blocks
 from ..trace import StringPool
 from .nsys_sql import sorted_by_start, table_chunks
-from .nsys_tables import PID_SQL, RUNTIME, TID_SQL, ReadContext, int_expr, read_api_calls, strip_api_version
+from .nsys_tables import RUNTIME, ReadContext, int_expr, read_api_calls, strip_api_version
 from .sanity import capture_bounds
 
 #: Words every name of :data:`SELECTED_API_NAMES` contains (an SQL ``LIKE`` pre-filter of StringIds).
@@ -33,31 +34,41 @@ _NONE = np.iinfo(np.int64).max
 _Columns = dict[str, np.ndarray]
 
 
-def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[_Columns, _Columns, dict[str, int]]:
-    """(``api_calls`` of the rows a summary reads, ``api_starts`` of every call with its ``pid``, counts of the
-    rows left out as impossible plus ``rows``, the calls read). ``cols``: the tables already read (kernels,
-    memops, ranges). Without GPU activity to bound the capture, every row is read (``api_starts`` empty, ``{}``)."""
+def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
+                          ) -> tuple[_Columns, _Columns, _Columns, dict[str, int]]:
+    """(``api_calls`` of the rows a summary reads; ``api_starts`` and ``api_start_blocks``, every call's start
+    (:mod:`~traceanalyzer.call_starts`; blocks by ``pid``); counts of the rows left out as impossible plus
+    ``rows``, the calls read). ``cols``: the tables already read (kernels, memops, ranges). Without GPU activity
+    to bound the capture, every row is read (no starts, ``{}``)."""
     table_cols = ctx.schema.cols(RUNTIME)
     if not table_cols:
-        return {}, {}, {}
+        return {}, {}, {}, {}
     bounds = capture_bounds([cols[t]["start_ns"] for t in ("kernels", "memops") if cols.get(t)])
     issue = _IssueRanges.of(ctx.pool, cols.get("ranges") or {}, bounds) if bounds is not None else None
     if bounds is None or issue is None:
-        return read_api_calls(ctx), {}, {}
+        return read_api_calls(ctx), {}, {}, {}
     lo, hi, _ = bounds
-    launched = np.sort(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]))
-    launched = launched[np.searchsorted(launched, 0):]  # -1: no correlation
+    is_launch = _Launches(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]),
+                          ctx.counts.get(RUNTIME, 0))
     names = np.asarray(_selected_name_ids(ctx), dtype=np.int64)
-    exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalTid"), TID_SQL,
-             int_expr(table_cols, "correlationId"), int_expr(table_cols, "nameId")]
+    # globalTid read once and split here (PID_SQL, TID_SQL): one column less to format and parse
+    exprs = ["start", 'IFNULL("end", start)', "IFNULL(globalTid, 0)", int_expr(table_cols, "correlationId"),
+             int_expr(table_cols, "nameId")]
+    read = [("start_ns", "i8"), ("end_ns", "i8"), ("global_tid", "i8"), ("correlation", "i8"), ("name_sid", "i8")]
     fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
               ("name_sid", "i8")]
-    kept: list[_Columns] = [{"row": np.empty(0, dtype=np.int64), **{k: np.empty(0, dtype=t) for k, t in fields}}]
-    starts: list[_Columns] = [{"start_ns": np.empty(0, dtype=np.int64), "pid": np.empty(0, dtype=np.int32)}]
+    expected = ctx.counts.get(RUNTIME, 0)
+    # outputs preallocated at their largest size and filled in place: no per-chunk parts to concatenate, and the
+    # rows never kept leave their pages untouched (a large np.empty is mapped, not resident, until written)
+    kept = _Filled([("row", "i8"), *fields], expected)
+    offsets = _Filled([("offset_ns", "i4")], expected)  # every call's start, 4 bytes each (.call_starts)
+    blocks: list[_Columns] = []
     negative = beyond = row = 0
-    for chunk in table_chunks(ctx.conn, RUNTIME, exprs, fields, ctx.tick, plain=ctx.plain,
-                              expected=ctx.counts.get(RUNTIME, 0),
-                              sources=["start", "end", "globalTid", "globalTid", "correlationId", "nameId"]):
+    for chunk in table_chunks(ctx.conn, RUNTIME, exprs, read, ctx.tick, plain=ctx.plain, expected=expected,
+                              sources=["start", "end", "globalTid", "correlationId", "nameId"]):
+        global_tid = chunk.pop("global_tid")
+        chunk = {"start_ns": chunk["start_ns"], "end_ns": chunk["end_ns"], "pid": (global_tid >> 24) & 0xFFFFFF,
+                 "tid": global_tid & 0xFFFFFF, "correlation": chunk["correlation"], "name_sid": chunk["name_sid"]}
         s, e = chunk["start_ns"], chunk["end_ns"]
         bad_order = e < s
         outside = ((s < lo) | (s > hi) | (e > hi) | (e < lo)) & ~bad_order
@@ -66,38 +77,111 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]) -> tuple[
         ok = ~(bad_order | outside)
         rows = row + np.flatnonzero(ok)
         row += len(s)
-        chunk = {k: v[ok] for k, v in chunk.items()}
-        starts.append({"start_ns": chunk["start_ns"], "pid": chunk["pid"].astype(np.int32)})
-        pos = np.minimum(np.searchsorted(launched, chunk["correlation"]), max(len(launched) - 1, 0))
-        keep = (launched[pos] == chunk["correlation"]) if len(launched) else np.zeros(len(rows), dtype=bool)
+        if not ok.all():
+            chunk = {k: v[ok] for k, v in chunk.items()}
+        block, offset = start_blocks(chunk["start_ns"], chunk["pid"], offsets.rows)
+        blocks.append(block)
+        offsets.append({"offset_ns": offset})
+        keep = is_launch(chunk["correlation"])
         keep |= np.isin(chunk["name_sid"], names)
         issue.offer(chunk, rows)
-        kept.append({"row": rows[keep], **{k: v[keep] for k, v in chunk.items()}})
+        kept.append_rows(np.flatnonzero(keep), {"row": rows, **chunk})
     ends = issue.rows()
     if len(ends["row"]):  # those not kept already, merged in table order
-        taken = np.concatenate([p["row"] for p in kept])  # increasing
+        taken = kept.columns()["row"]  # increasing
         pos = np.minimum(np.searchsorted(taken, ends["row"]), max(len(taken) - 1, 0))
         new = taken[pos] != ends["row"] if len(taken) else np.ones(len(ends["row"]), dtype=bool)
-        kept.append({k: v[new] for k, v in ends.items()})
-    api = _concat_consumed(kept)
-    row_of = api.pop("row")
-    if len(row_of) > 1 and not bool((row_of[1:] >= row_of[:-1]).all()):  # range ends appended: back in row order
-        order = np.argsort(row_of, kind="stable")
-        for k in list(api):
-            api[k] = api[k][order]
+        kept.merge_rows("row", {k: v[new] for k, v in ends.items()})
+    api = kept.columns()
+    del api["row"]
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
-    every = _concat_consumed(starts)
-    return sorted_by_start(api), every, {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+    starts = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]} if blocks else {}
+    checked = {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+    return sorted_by_start(api), offsets.columns(), starts, checked
 
 
-def _concat_consumed(parts: list[_Columns]) -> _Columns:
-    """The parts' columns concatenated, each part's column released as soon as it is copied (one column's
-    worth of temporary, not a second copy of every part)."""
-    out = {}
-    for key in list(parts[0]):
-        out[key] = np.concatenate([p.pop(key) for p in parts])
-    parts.clear()
-    return out
+class _Launches:
+    """Whether a call's correlation id is one of ``launched`` (the GPU activity's; ``-1`` for none): a lookup
+    table indexed by the id when ids are dense (one gather per call), else a binary search."""
+
+    def __init__(self, launched: np.ndarray, calls: int) -> None:
+        launched = launched[launched >= 0]
+        top = int(launched.max()) if len(launched) else -1
+        self.table: np.ndarray | None = None
+        self.sorted = np.empty(0, dtype=np.int64)
+        if top <= 4 * max(calls, len(launched)) + (1 << 20):
+            self.table = np.zeros(top + 2, dtype=bool)  # the last slot, False, takes -1 and every id past top
+            self.table[launched] = True
+        else:
+            self.sorted = np.unique(launched)
+
+    def __call__(self, correlation: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[np.clip(correlation, -1, len(self.table) - 1)]
+        if not len(self.sorted):
+            return np.zeros(len(correlation), dtype=bool)
+        pos = np.minimum(np.searchsorted(self.sorted, correlation), len(self.sorted) - 1)
+        return self.sorted[pos] == correlation
+
+
+class _Filled:
+    """Columns preallocated for ``capacity`` rows and filled from the front, part by part (grown by
+    concatenation only when a live file holds more rows than it counted)."""
+
+    def __init__(self, fields: list[tuple[str, str]], capacity: int) -> None:
+        self._cols = {name: np.empty(max(capacity, 0), dtype=dtype) for name, dtype in fields}
+        self._n = 0
+
+    def append(self, part: _Columns) -> None:
+        """Copy ``part``'s columns (same names) after the rows filled so far."""
+        k = len(next(iter(part.values())))
+        n = self._n
+        if n + k > len(next(iter(self._cols.values()))):
+            self._reserve(n + max(k, n))
+        for name, a in self._cols.items():
+            a[n:n + k] = part[name]
+        self._n = n + k
+
+    def append_rows(self, index: np.ndarray, part: _Columns) -> None:
+        """Copy rows ``index`` of ``part``'s columns after the rows filled so far (no temporary per column)."""
+        k, n = len(index), self._n
+        if n + k > len(next(iter(self._cols.values()))):
+            self.append({name: column[index] for name, column in part.items()})
+            return
+        for name, a in self._cols.items():
+            np.take(part[name], index, out=a[n:n + k])
+        self._n = n + k
+
+    def merge_rows(self, key: str, part: _Columns, block: int = 1 << 20) -> None:
+        """Merge ``part``'s rows in among those filled, both increasing in column ``key`` (``part`` holds no
+        value of it that the rows filled do), in place: the rows filled move right, ``block`` rows at a time
+        from the last, to where ``part``'s rows before them leave room. Only a block's worth of temporary."""
+        n, m = self._n, len(part[key])
+        self._reserve(n + m)
+        keys, added = self._cols[key], part[key]
+        at = np.arange(m) + np.searchsorted(keys[:n], added)  # where part's rows go
+        for hi in range(n, 0, -block):  # from the right: a block never lands on rows still to move
+            lo = max(hi - block, 0)
+            to = np.arange(lo, hi) + np.searchsorted(added, keys[lo:hi])
+            for column in self._cols.values():
+                column[to] = column[lo:hi].copy()
+        for name, column in self._cols.items():
+            column[at] = part[name]
+        self._n = n + m
+
+    def _reserve(self, rows: int) -> None:
+        if rows > len(next(iter(self._cols.values()))):
+            self._cols = {name: np.concatenate([a[:self._n], np.empty(rows - self._n, a.dtype)])
+                          for name, a in self._cols.items()}
+
+    @property
+    def rows(self) -> int:
+        """Rows filled so far."""
+        return self._n
+
+    def columns(self) -> _Columns:
+        """The filled rows (views)."""
+        return {name: a[:self._n] for name, a in self._cols.items()}
 
 
 def _selected_name_ids(ctx: ReadContext) -> list[int]:

@@ -3,7 +3,9 @@ and StringIds → string-pool mapping done once per distinct id."""
 
 from __future__ import annotations
 
+import queue
 import sqlite3
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -204,13 +206,14 @@ def table_chunks(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fie
     if not plain or any(np.dtype(t).kind != "i" for _, t in fields):
         yield fetch_columns(conn, sql, fields, expected, tick, params, table=table, sources=sources)
         return
-    lo, hi = conn.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+    # two subqueries: each is one b-tree descent, where MIN and MAX in one SELECT scan the whole table
+    lo, hi = conn.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), (SELECT MAX(rowid) FROM {table})").fetchone()
     chunk_sql = (f"SELECT COUNT(*), {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
                  f"WHERE rowid >= ? AND rowid < ? AND {cond}")
     n = 0
-    for first in range(int(lo), int(hi) + 1, CONCAT_ROWS) if lo is not None else ():
-        rowids = (first, first + CONCAT_ROWS)
-        count, *texts = conn.execute(chunk_sql, (*rowids, *params)).fetchone()
+    spans = [(first, first + CONCAT_ROWS) for first in range(int(lo), int(hi) + 1, CONCAT_ROWS)] \
+        if lo is not None else []
+    for rowids, (count, *texts) in read_ahead(conn, chunk_sql, spans, params):
         k = int(count)
         if not k:
             continue
@@ -223,6 +226,65 @@ def table_chunks(conn: sqlite3.Connection, table: str, exprs: Sequence[str], fie
         n += k
         tick.advance(k)
         yield part
+
+
+def read_ahead(conn: sqlite3.Connection, sql: str, spans: Sequence[tuple[int, int]], params: Sequence[object]
+               ) -> Iterator[tuple[tuple[int, int], tuple[Any, ...]]]:
+    """``(span, row)``: the one result row of ``sql`` for each rowid ``span`` (its first two parameters, then
+    ``params``), in order. With more than one span of a database file, the queries run one span ahead on a second
+    connection in a thread: SQLite releases the GIL while it steps, so it reads the next chunk while the caller
+    parses this one (two cores: about the SQL's share of the read off the wall time). The parse stays in the
+    caller's thread (it holds the GIL anyway, and its warnings filter is process-wide). A query's error is raised
+    here, in the caller's thread; the reader stops when the caller stops iterating."""
+    path = _database_file(conn) if len(spans) > 1 else None
+    if path is None:
+        for span in spans:
+            yield span, conn.execute(sql, (*span, *params)).fetchone()
+        return
+    results: queue.Queue[tuple[tuple[int, int], tuple[Any, ...]] | BaseException | None] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand_over(item: tuple[tuple[int, int], tuple[Any, ...]] | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                results.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            other = connect(path)
+            try:
+                for span in spans:
+                    row = other.execute(sql, (*span, *params)).fetchone()
+                    if stop.is_set() or not hand_over((span, row)):
+                        return
+            finally:
+                other.close()
+            hand_over(None)
+        except BaseException as exc:
+            hand_over(exc)
+
+    reader = threading.Thread(target=read, name="traceanalyzer-sqlite-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while (item := results.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def _database_file(conn: sqlite3.Connection) -> Path | None:
+    """The file of ``conn``'s main database; None for an in-memory one."""
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main" and file:
+            return Path(file)
+    return None
 
 
 def _parse_concat(texts: Sequence[object], fields: Sequence[tuple[str, str]], count: int
@@ -304,14 +366,15 @@ def intern_string_ids(conn: sqlite3.Connection, pool: StringPool, arrays: Sequen
         pool_ids = _pool_ids(conn, pool, uniq, transform, has_string_table)
         bounds = np.cumsum([len(a) for a in arrays])[:-1]
         return list(np.split(pool_ids[inverse.reshape(-1)], bounds))
-    # StringIds ids are dense: distinct ids and the id → pool-id map are O(n) lookup arrays (offset 1 for -1)
+    # StringIds ids are dense: distinct ids and the id → pool-id map are O(n) lookup arrays, indexed by the ids
+    # themselves (no shifted copy of a column): -1 lands on the last slot, kept for it
     seen = np.zeros(highest + 2, dtype=bool)
     for a in arrays:
-        seen[a + 1] = True
-    uniq = np.flatnonzero(seen) - 1
+        seen[a] = True
+    uniq = np.flatnonzero(seen[:-1])
     lookup = np.full(highest + 2, -1, dtype=np.int32)
-    lookup[uniq + 1] = _pool_ids(conn, pool, uniq, transform, has_string_table)
-    return [lookup[a + 1] for a in arrays]
+    lookup[uniq] = _pool_ids(conn, pool, uniq, transform, has_string_table)
+    return [lookup[a] for a in arrays]
 
 
 def _pool_ids(conn: sqlite3.Connection, pool: StringPool, uniq: np.ndarray,

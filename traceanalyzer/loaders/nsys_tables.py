@@ -181,8 +181,8 @@ def read_memops(ctx: ReadContext) -> _Columns:
     parts = [reader(ctx) for table, reader in ((MEMCPY, _memcpy), (MEMSET, _memset)) if ctx.schema.cols(table)]
     if not parts:
         return {}
-    keys = parts[0].keys()
-    return sorted_by_start({k: np.concatenate([p[k] for p in parts]) for k in keys})
+    # one column at a time, each part's column released once copied (one column's worth of temporary)
+    return sorted_by_start({k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])})
 
 
 def nvtx_event_types(conn: sqlite3.Connection, schema: Schema) -> dict[str, int]:
