@@ -43,15 +43,21 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         del order
-    reach = np.maximum.accumulate(e)
-    # a new merged interval begins where the start lies beyond everything seen so far
+    return _merged(s, np.maximum.accumulate(e))
+
+
+def _merged(s: np.ndarray, reach: np.ndarray) -> Intervals:
+    """The union of intervals sorted by start (``s``), ``reach`` the running maximum of their ends: a new merged
+    interval begins where the start lies beyond everything seen so far."""
     new = np.empty(len(s), dtype=bool)
     new[0] = True
     np.greater(s[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
     del new
-    reach = reach[np.r_[first[1:] - 1, len(s) - 1]]
-    return s[first], reach
+    starts = s[first]
+    first[:-1] = first[1:] - 1  # now the last interval of each merged one
+    first[-1] = len(s) - 1
+    return starts, reach[first]
 
 
 def merge_unions(a: Intervals, b: Intervals) -> Intervals:
@@ -68,12 +74,7 @@ def merge_unions(a: Intervals, b: Intervals) -> Intervals:
     s[from_a], reach[from_a] = a_s, a_e
     del at, from_a
     np.maximum.accumulate(reach, out=reach)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:], reach[:-1], out=new[1:])
-    first = np.flatnonzero(new)
-    del new
-    return s[first], reach[np.r_[first[1:] - 1, len(s) - 1]]
+    return _merged(s, reach)
 
 
 def total(starts: np.ndarray, ends: np.ndarray) -> int:
