@@ -71,15 +71,12 @@ def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) ->
     cpu = named & _kind_in(trace, r["kind_id"], _CPU_KINDS)
     api = trace.api_calls
     if cpu.any() and len(api):
-        key_api = api["pid"].astype(np.int64) << 32 | (api["correlation"] & 0xFFFFFFFF)
-        order = np.argsort(key_api, kind="stable")
         correlation = k["correlation"][rows]
-        key_k = k["pid"][rows].astype(np.int64) << 32 | (correlation & 0xFFFFFFFF)
-        pos = np.clip(np.searchsorted(key_api[order], key_k), 0, len(order) - 1)
-        row = order[pos]
-        del order, pos
-        linked = (key_api[row] == key_k) & (correlation >= 0)
-        launch_group = np.where(linked, _thread_of(api["pid"][row], api["tid"][row]), -1)
+        row = launch_rows(api["pid"], api["correlation"], k["pid"][rows], correlation)
+        linked = (row >= 0) & (correlation >= 0)
+        row = np.maximum(row, 0)
+        # an unlinked kernel's group matches no thread (a thread key can be -1: pid 0, tid -1)
+        launch_group = np.where(linked, _thread_of(api["pid"][row], api["tid"][row]), _NO_THREAD)
         cpu_ids = _instances(api["start_ns"][row], launch_group, r["start_ns"][cpu], r["end_ns"][cpu],
                              _thread_of(r["pid"][cpu], r["tid"][cpu]))
         offset = int(result.max()) + 1
@@ -90,6 +87,27 @@ def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) ->
 def _kind_in(trace: Trace, kind_id: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
     """Whether each row's kind (a string id) is one of ``kinds``: compared by id, no string per row."""
     return np.isin(kind_id, [i for i in map(trace.strings.get, kinds) if i >= 0])
+
+
+def launch_rows(api_pid: np.ndarray, api_correlation: np.ndarray, pid: np.ndarray, correlation: np.ndarray,
+                chunk: int = 1 << 20) -> np.ndarray:
+    """For each (``pid``, ``correlation``), the first API row (in table order) of that process with that
+    correlation id, ``-1`` if none. The API rows are read a ``chunk`` at a time against the sorted distinct keys
+    asked for: no key, sort or index array as long as the API table."""
+    wanted = pid.astype(np.int64) << 32 | (correlation & 0xFFFFFFFF)
+    keys, inverse = np.unique(wanted, return_inverse=True)
+    first = np.full(len(keys), -1, dtype=np.int64)
+    for lo in range(0, len(api_pid) if len(keys) else 0, chunk):
+        key = api_pid[lo:lo + chunk].astype(np.int64) << 32 | (api_correlation[lo:lo + chunk] & 0xFFFFFFFF)
+        pos = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+        hit = np.flatnonzero(keys[pos] == key)
+        at, head = np.unique(pos[hit], return_index=True)  # rows increase: the first of each key in the chunk
+        new = first[at] < 0
+        first[at[new]] = lo + hit[head[new]]
+    return first[inverse.ravel()]
+
+
+_NO_THREAD = np.iinfo(np.int64).min
 
 
 def _thread_of(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
