@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from traceanalyzer.analysis.cross_rank import _first_of_each_key, _ordinals
-from traceanalyzer.analysis.device import _group_quantile
+from traceanalyzer.analysis.grouped import run_quantile
 from traceanalyzer.analysis.what_if import OWN_TRANSFER_Q, _first_match, _issue_capped, _own_transfer
 
 SEEDS = range(20)
@@ -22,7 +22,7 @@ def _random_rows(rng: np.random.Generator) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_group_quantile_is_pandas_groupby_quantile(seed: int) -> None:
+def test_run_quantile_is_pandas_groupby_quantile(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 60))
     group, values = rng.integers(0, 6, n), rng.integers(0, 10**int(rng.integers(1, 15)), n)
@@ -30,7 +30,7 @@ def test_group_quantile_is_pandas_groupby_quantile(seed: int) -> None:
     first = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
     for q in (0.1, 0.5, 0.99):
         expected = pd.Series(values).groupby(group).quantile(q).to_numpy()
-        assert np.array_equal(_group_quantile(values[order], first, q), expected)
+        assert np.array_equal(run_quantile(values[order], first, q), expected)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

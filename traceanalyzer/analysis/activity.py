@@ -9,11 +9,13 @@ and compute (non-communication *kernels*; memory ops run on copy engines and hid
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..trace import Table, Trace
 from . import intervals as iv
+from .grouped import distinct
 
 COMMUNICATION = "communication"
 MEMORY = "memory"
@@ -29,20 +31,34 @@ class DeviceActivity:
     pids: np.ndarray
     kernels: Table
     memops: Table
-    kernel_bucket: np.ndarray  # object array of bucket strings
     memop_bucket: np.ndarray
     kernel_is_comm: np.ndarray
     memop_is_comm: np.ndarray
-    launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when the kernel links to none
+    launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when it links to none (int32 if fits)
     launch_ns: np.ndarray  # host launch time per kernel, -1 when unlinked
-    launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked)
+    launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked; int32 where they fit)
     launch_tid: np.ndarray
     memop_launch_ns: np.ndarray  # the same three for memops (-1 when unlinked)
     memop_launch_pid: np.ndarray
     memop_launch_tid: np.ndarray
     busy: iv.Intervals
     comm: iv.Intervals
-    compute: iv.Intervals
+
+    @property
+    def kernel_bucket(self) -> np.ndarray:
+        """Bucket string of each kernel (object array), looked up on each read: not kept per kernel."""
+        return self.trace.names(self.kernels["bucket_id"]).astype(object, copy=False)
+
+    @cached_property
+    def compute(self) -> iv.Intervals:
+        """Union of the non-communication kernels; cached until :meth:`forget_compute` (the device analysis reads
+        it three times, nothing after it but ``compare``)."""
+        compute = ~self.kernel_is_comm
+        return iv.union(self.kernels["start_ns"][compute], self.kernels["end_ns"][compute])
+
+    def forget_compute(self) -> None:
+        """Drop the cached :attr:`compute` union (about as many intervals as kernels); the next read rebuilds it."""
+        self.__dict__.pop("compute", None)
 
     @property
     def span(self) -> tuple[int, int]:
@@ -85,26 +101,55 @@ def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
     api = trace.api_calls
     if len(api) == 0 or len(kernels) == 0:
         return rows
-    api_pids = np.unique(api["pid"])
-    for pid in np.unique(kernels["pid"]):  # one pass per process, not per event
-        k_sel = np.flatnonzero((kernels["pid"] == pid) & (kernels["correlation"] >= 0))
-        same = api["pid"] == pid if pid in api_pids or len(api_pids) != 1 else np.ones(len(api), dtype=bool)
-        a_sel = np.flatnonzero(same & (api["correlation"] >= 0))
-        if len(k_sel) == 0 or len(a_sel) == 0:
+    api_pid = api["pid"]
+    one_api_pid = bool((api_pid == api_pid[0]).all())
+    k_pid, k_corr_all = kernels["pid"], kernels["correlation"]
+    for pid in distinct(k_pid):  # one pass per process, not per event
+        mine = (k_pid == pid) & (k_corr_all >= 0)
+        k_sel = None if mine.all() else np.flatnonzero(mine)  # None: every row (no index array of them all)
+        del mine
+        same = api_pid == pid
+        if one_api_pid and not same[0]:  # the one API process, whatever pid the rows name
+            same[:] = True
+        same &= api["correlation"] >= 0
+        a_sel = np.flatnonzero(same)
+        del same
+        if (k_sel is not None and len(k_sel) == 0) or len(a_sel) == 0:
             continue
         a_corr = api["correlation"][a_sel]
-        order = np.argsort(a_corr, kind="stable")
-        a_corr, a_rows = a_corr[order], a_sel[order]
-        k_corr = kernels["correlation"][k_sel]
-        pos = np.minimum(np.searchsorted(a_corr, k_corr), len(a_corr) - 1)
+        if not bool((a_corr[1:] >= a_corr[:-1]).all()):  # an nsys process's calls come in correlation order
+            order = np.argsort(a_corr, kind="stable")
+            a_corr, a_sel = a_corr[order], a_sel[order]
+            del order
+        k_corr = k_corr_all if k_sel is None else k_corr_all[k_sel]
+        pos = np.searchsorted(a_corr, k_corr)
+        np.minimum(pos, len(a_corr) - 1, out=pos)
         hit = a_corr[pos] == k_corr
-        rows[k_sel[hit]] = a_rows[pos[hit]]
+        del a_corr, k_corr
+        if k_sel is None and hit.all():
+            rows = a_sel[pos].astype(np.int64, copy=False)
+        elif k_sel is None:
+            rows[hit] = a_sel[pos[hit]]
+        else:
+            rows[k_sel[hit]] = a_sel[pos[hit]]
     return rows
 
 
 def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
-    return np.where(rows >= 0, column[np.maximum(rows, 0)], -1).astype(np.int64) if len(column) else \
-        np.full(len(rows), -1, dtype=np.int64)
+    if not len(column):
+        return np.full(len(rows), -1, dtype=np.int64)
+    out = column[np.maximum(rows, 0)].astype(np.int64, copy=False)
+    out[rows < 0] = -1
+    return out
+
+
+def _narrow(ids: np.ndarray) -> np.ndarray:
+    """Ids (processes, threads) or row numbers as int32 where every one fits: they are compared, keyed or used to
+    index, never summed, and kept per kernel with the device's activity."""
+    info = np.iinfo(np.int32)
+    if len(ids) and info.min <= int(ids.min()) and int(ids.max()) <= info.max:
+        return ids.astype(np.int32)
+    return ids
 
 
 def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
@@ -113,20 +158,22 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     memops = _rows_of(trace.memops, rank, device)
     if "bucket_id" not in kernels:
         raise ValueError("trace is not classified (kernels have no bucket_id); load it with classify=True")
-    k_bucket = trace.names(kernels["bucket_id"]).astype(object)
     m_bucket = _memop_buckets(trace, memops)
-    k_comm = k_bucket == COMMUNICATION
+    comm_id = trace.strings.get(COMMUNICATION)  # compared by string id: no string per row
+    k_comm = kernels["bucket_id"] == comm_id if comm_id >= 0 else np.zeros(len(kernels), dtype=bool)
     m_comm = m_bucket == COMMUNICATION
-    rows = launch_rows(trace, kernels)
+    # the unions first, while the launch columns (and their join's temporaries) are not there yet; the kernels
+    # in start order make a union without a sort, the memory operations' one merged in
+    busy = iv.merge_unions(iv.union(kernels["start_ns"], kernels["end_ns"]),
+                           iv.union(memops["start_ns"], memops["end_ns"]))
+    comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
+                    np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
+    rows = _narrow(launch_rows(trace, kernels))
     api = trace.api_calls
-    launch, launch_pid, tid = _via(rows, api["start_ns"]), _via(rows, api["pid"]), _via(rows, api["tid"])
+    launch, launch_pid, tid = _via(rows, api["start_ns"]), _narrow(_via(rows, api["pid"])), \
+        _narrow(_via(rows, api["tid"]))
     m_rows = launch_rows(trace, memops)
-    m_launch = (_via(m_rows, api["start_ns"]), _via(m_rows, api["pid"]), _via(m_rows, api["tid"]))
-    busy = iv.union(np.concatenate((kernels["start_ns"], memops["start_ns"])),
-                    np.concatenate((kernels["end_ns"], memops["end_ns"])))
-    comm = iv.union(np.concatenate((kernels["start_ns"][k_comm], memops["start_ns"][m_comm])),
-                    np.concatenate((kernels["end_ns"][k_comm], memops["end_ns"][m_comm])))
-    compute = iv.union(kernels["start_ns"][~k_comm], kernels["end_ns"][~k_comm])
-    pids = np.unique(np.concatenate((kernels["pid"], memops["pid"], launch_pid[launch_pid >= 0])))
-    return DeviceActivity(trace, rank, device, pids, kernels, memops, k_bucket, m_bucket, k_comm, m_comm,
-                          rows, launch, launch_pid, tid, *m_launch, busy, comm, compute)
+    m_launch = (_via(m_rows, api["start_ns"]), _narrow(_via(m_rows, api["pid"])), _narrow(_via(m_rows, api["tid"])))
+    pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
+    return DeviceActivity(trace, rank, device, pids, kernels, memops, m_bucket, k_comm, m_comm,
+                          rows, launch, launch_pid, tid, *m_launch, busy, comm)

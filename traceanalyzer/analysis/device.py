@@ -16,6 +16,7 @@ Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
 from .frames import array_of, empty_frame, frame
+from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
@@ -45,8 +47,8 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     """Union of every bucket present on the device (kernels and memops together), in order of first appearance
     (kernels, then memops); one bucket at a time, so the temporaries are those of the largest bucket."""
     k, m = act.kernels, act.memops
-    k_codes, k_names = pd.factorize(act.kernel_bucket, use_na_sentinel=False)
-    m_codes, m_names = pd.factorize(act.memop_bucket, use_na_sentinel=False)
+    k_codes, k_names = _factorized(act.trace, k, lambda: act.kernel_bucket)
+    m_codes, m_names = _factorized(act.trace, m, lambda: act.memop_bucket)
     k_code = {str(b): c for c, b in enumerate(k_names)}
     m_code = {str(b): c for c, b in enumerate(m_names)}
     sets = {}
@@ -58,26 +60,43 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     return sets
 
 
-def _exclusive(busy: iv.Intervals, sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> dict[str, int]:
-    remaining, left = busy, iv.lengths_sum(busy)  # busy is a union, and so is every difference of it
-    out: dict[str, int] = {}
-    for bucket in [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]:
-        remaining = iv.difference(remaining, sets[bucket])
-        now = iv.lengths_sum(remaining)
-        out[bucket], left = left - now, now  # = coverage(remaining before, bucket), one sweep instead of two
-    return out
+def _factorized(trace: Trace, table: Table, bucket: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of the rows' bucket strings (``bucket()``) — of their string ids when every row has one
+    (the same codes and order: one id per string), which hashes integers instead of strings."""
+    if "bucket_id" in table and len(table) and int(table["bucket_id"].min()) >= 0:
+        codes, ids = pd.factorize(table["bucket_id"])
+        return codes, trace.names(np.asarray(ids))
+    codes, names = pd.factorize(bucket(), use_na_sentinel=False)
+    return codes, np.asarray(names, dtype=object)
 
 
-def _group_quantile(values: np.ndarray, first: np.ndarray, q: float) -> np.ndarray:
-    """Quantile ``q`` of each run ``values[first[i]:first[i + 1]]`` (each run sorted), interpolated linearly as
-    pandas' group-by quantile does: ``v[i] + (v[i + 1] - v[i]) * frac``."""
-    size = np.diff(np.concatenate((first, [len(values)])))
-    pos = q * (size - 1).astype(np.float64)
-    below = first + pos.astype(np.int64)
-    frac = pos % 1
-    above = np.minimum(below + 1, len(values) - 1)
-    low = values[below]
-    return np.where(frac == 0.0, low.astype(np.float64), low + (values[above] - low) * frac)
+def _claim_order(sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> list[str]:
+    """The buckets present in the order they claim busy time: the stated precedence, then the others by name."""
+    return [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]
+
+
+def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], busy: iv.Intervals,
+               windows: iv.Intervals | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """The exclusive split of busy time: each bucket gets the busy time no bucket before it claimed, over the whole
+    device and (``windows``, a union) inside the windows (``{}`` without them).
+
+    Every bucket's union lies inside busy, which is the union of them all, so "busy minus the buckets before it,
+    intersected with it" has the length ``|C_i| - |C_(i-1)|`` with ``C_i`` the union of the first ``i`` buckets:
+    one growing union, merged a bucket at a time, instead of a difference per bucket; the last ``C`` is busy
+    itself, not merged."""
+    whole: dict[str, int] = {}
+    within: dict[str, int] = {}
+    claimed = iv.empty()
+    before = before_within = 0
+    claim = _claim_order(sets, order)
+    for i, bucket in enumerate(claim):
+        claimed = busy if i == len(claim) - 1 else iv.merge_unions(claimed, sets[bucket])
+        now = iv.lengths_sum(claimed)
+        whole[bucket], before = now - before, now
+        if windows is not None:
+            now_within = int(iv.measure_within(claimed, *windows).sum())
+            within[bucket], before_within = now_within - before_within, now_within
+    return whole, within
 
 
 def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataFrame:
@@ -91,13 +110,10 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
         return empty_frame(TOP_KERNEL_COLUMNS)
     name_id = np.asarray(k["name_id"])
     dur = np.asarray(k["end_ns"] - k["start_ns"], dtype=np.int64)
-    ids, first_row, which = np.unique(name_id, return_index=True, return_inverse=True)
-    order = np.lexsort((dur, which.ravel()))  # by name, then duration
-    first = np.flatnonzero(np.concatenate(([True], which.ravel()[order][1:] != which.ravel()[order][:-1])))
-    by_dur = dur[order]
-    count = np.diff(np.concatenate((first, [len(order)]))).astype(np.int64)
+    ids, first_row, by_dur, first = sorted_runs(name_id, dur)
+    count = np.diff(np.r_[first, len(by_dur)]).astype(np.int64)
     total = np.add.reduceat(by_dur, first).astype(np.int64)
-    p50, p99 = _group_quantile(by_dur, first, 0.5), _group_quantile(by_dur, first, 0.99)
+    p50, p99 = run_quantile(by_dur, first, 0.5), run_quantile(by_dur, first, 0.99)
     trace = act.trace
     names = trace.names(ids)
     # rows in order of each name's first kernel, then by total time (descending) and name, as a stable sort
@@ -142,9 +158,9 @@ def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -
 
 def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | None]:
     k = act.kernels
-    comm_streams = sorted({int(x) for x in np.unique(np.concatenate((k["stream"][act.kernel_is_comm],
-                                                                     act.memops["stream"][act.memop_is_comm])))})
-    compute_streams = sorted(int(x) for x in np.unique(k["stream"][~act.kernel_is_comm]))
+    comm_streams = sorted({int(x) for x in distinct(np.r_[k["stream"][act.kernel_is_comm],
+                                                           act.memops["stream"][act.memop_is_comm]])})
+    compute_streams = sorted(int(x) for x in distinct(k["stream"][~act.kernel_is_comm]))
     shared = np.isin(k["stream"], compute_streams) & act.kernel_is_comm
     serialized = bool(shared.any())
     comm_total = iv.lengths_sum(act.comm)
@@ -153,18 +169,16 @@ def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | N
     return comm_streams, compute_streams, serialized, pct
 
 
-def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals], order: tuple[str, ...],
-             whole_top: pd.DataFrame | None, numbers: bool = True, whole_exclusive: dict[str, int] | None = None
-             ) -> tuple[dict[str, Any], pd.DataFrame]:
+def in_steps(act: DeviceActivity, windows: iv.Intervals, exclusive: dict[str, int], whole_top: pd.DataFrame | None,
+             numbers: bool = True) -> tuple[dict[str, Any], pd.DataFrame]:
     """The headline numbers over the step windows only (warm-up, setup and the time between steps left out):
-    window (sum of step lengths), busy, busy %, the exclusive bucket split, and the top kernels of the kernels
-    starting inside a step, each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``;
-    without ``whole_top`` (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's
-    kernels (the steps' own table when every kernel starts inside a step); ``whole_exclusive``: :func:`_exclusive`
-    of the whole device, when already computed (the steps' own split when one window spans the device)."""
+    window (sum of step lengths), busy, busy %, the exclusive bucket split (``exclusive``: :func:`_exclusive`
+    within the ``windows``, the union of the steps), and the top kernels of the kernels starting inside a step,
+    each with its whole-window total beside it. Without ``numbers`` the numbers are ``{}``; without ``whole_top``
+    (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's kernels (the steps' own
+    table when every kernel starts inside a step)."""
     if whole_top is None and not numbers:
         return {}, empty_frame(TOP_KERNEL_COLUMNS)
-    windows = iv.union(array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64))
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
     if whole_top is not None:
         top = whole_top.copy() if inside.all() else top_kernels(act, inside)
@@ -176,15 +190,7 @@ def in_steps(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Interv
     if not numbers:
         return {}, top
     window_ns = iv.lengths_sum(windows)
-    # one window over the whole span (no steps found, or one step) leaves every union of the device whole
-    whole_span = len(windows[0]) == 1 and (int(windows[0][0]), int(windows[1][0])) == act.span
-    busy = act.busy if whole_span else iv.intersect(act.busy, windows)
-    busy_ns = iv.lengths_sum(busy)
-    if whole_span and whole_exclusive is not None:
-        exclusive = whole_exclusive
-    else:
-        exclusive = _exclusive(busy, sets if whole_span else {b: iv.intersect(u, windows) for b, u in sets.items()},
-                               order)
+    busy_ns = int(iv.measure_within(act.busy, *windows).sum())  # = |busy ∩ windows|: the windows are disjoint
     return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
             "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
             "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top
@@ -244,16 +250,22 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     hidden, exposed = iv.split(act.comm, act.compute)
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
+    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    numbers = "in_steps" not in skip
+    exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
+        _exclusive(sets, order, act.busy, windows if numbers else None)  # both splits from one growing union
+    bucket_ns, claim_order = {b: iv.lengths_sum(u) for b, u in sorted(sets.items())}, _claim_order(sets, order)
+    del sets, hidden  # about as many intervals as kernels: not kept through the rest
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
     whole_top = None if "top_kernels" in skip else top_kernels(act)
-    exclusive = None if "bucket_exclusive" in skip else _exclusive(act.busy, sets, order)
-    step_numbers, step_top = in_steps(act, steps, sets, order, whole_top, numbers="in_steps" not in skip,
-                                      whole_exclusive=exclusive)
+    step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
+    collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
+    act.forget_compute()  # read above for the last time in a summary
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
-        bucket_ns={b: iv.lengths_sum(u) for b, u in sorted(sets.items())},
-        bucket_exclusive_ns={} if exclusive is None else exclusive,
+        bucket_ns=bucket_ns,
+        bucket_exclusive_ns={} if "bucket_exclusive" in skip else exclusive,
         comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
         overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
         steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
@@ -262,12 +274,12 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         step_evidence=structure.evidence, layers_per_step=_layers_per_step(layers.table),
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
-        collectives=collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"])),
+        collectives=collectives,
         top_kernels=empty_frame(TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
         top_kernels_in_steps=step_top, in_steps=step_numbers,
         comm_idle_gaps_ns=empty_frame(GAP_COLUMNS) if "comm_idle_gaps" in skip else
         comm_idle_gaps(exposed, steps, layers),
-        extra={"exclusive_precedence": [b for b in order if b in sets] + sorted(b for b in sets if b not in order),
+        extra={"exclusive_precedence": claim_order,
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
                "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
 from .collectives import kind_of
+from .grouped import dense_codes, distinct
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
 # CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,
@@ -83,8 +85,7 @@ def issue_ranges(trace: Trace, pids: np.ndarray, with_names: bool = False) -> tu
     empty = np.empty(0, dtype=np.int64)
     if len(r) == 0:
         return (empty,) * (4 if with_names else 3)
-    distinct = np.unique(r["name_id"][r["name_id"] >= 0])
-    wanted = np.array([i for i in distinct.tolist() if ISSUE_OP.search(trace.strings[i])], dtype=np.int64)
+    wanted = np.array(_ids_matching(trace, r["name_id"], ISSUE_OP), dtype=np.int64)
     sel = np.isin(r["name_id"], wanted) & np.isin(r["pid"], pids) & (r["device"] < 0) & (r["end_ns"] > r["start_ns"])
     s, e = r["start_ns"][sel], r["end_ns"][sel]
     thread = thread_key(r["pid"][sel], r["tid"][sel])
@@ -112,8 +113,7 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     s, e, thread, name = s[keep], e[keep], thread[keep], name[keep]
     if len(s) == 0:
         return pd.DataFrame(empty)
-    _, lane = np.unique(np.concatenate((thread, k_thread)), return_inverse=True)
-    lane = lane.ravel()
+    lane = dense_codes(np.r_[thread, k_thread])
     launch = act.launch_ns[linked]
     t0 = int(min(s.min(), launch.min()))
     span = int(max(e.max(), launch.max()) - t0) + 1
@@ -177,8 +177,7 @@ def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFra
         return out
     s, e, th, name = r["start_ns"][sel], r["end_ns"][sel], thread[sel], r["name_id"][sel]
     c_s, c_e, c_th = (calls[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "thread"))
-    _, lane = np.unique(np.concatenate((th, c_th)), return_inverse=True)
-    lane = lane.ravel()
+    lane = dense_codes(np.r_[th, c_th])
     t0 = int(min(s.min(), c_s.min()))
     span = int(max(e.max(), c_e.max()) - t0) + 1
     ls, le = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
@@ -223,8 +222,7 @@ def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.
     range still open is taken."""
     if len(starts) == 0 or len(t) == 0:
         return np.full(len(t), -1, dtype=np.int64), np.full(len(t), -1, dtype=np.int64)
-    _, lane = np.unique(np.concatenate((threads, thread)), return_inverse=True)
-    lane = lane.ravel()
+    lane = dense_codes(np.r_[threads, thread])
     t0 = int(min(starts.min(), t.min()))
     span = int(max(ends.max(), t.max()) - t0) + 1
     key = _lift(starts, lane[: len(starts)], t0, span)
@@ -246,33 +244,37 @@ def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.
 def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
     """First start and last end of the CUDA API calls each range ``[start, end)`` of ``threads`` makes
-    (``-1, -1`` where it makes none)."""
+    (``-1, -1`` where it makes none). One thread at a time (a few), on that thread's calls only."""
     api = trace.api_calls
-    none = np.full(len(starts), -1, dtype=np.int64)
+    first_start = np.full(len(starts), -1, dtype=np.int64)
+    last_end = first_start.copy()
     if len(api) == 0 or len(starts) == 0:
-        return none, none.copy()
-    a_thread = thread_key(api["pid"], api["tid"])
-    on = np.flatnonzero(np.isin(a_thread, np.unique(threads)))  # calls of other threads: other lanes, never found
-    if len(on) == 0:
-        return none, none.copy()
-    a_thread, a_start, a_end = a_thread[on], api["start_ns"][on], api["end_ns"][on]
-    n = len(on)
-    _, lane = np.unique(np.concatenate((a_thread, threads)), return_inverse=True)
-    lane = lane.ravel()
-    t0 = int(min(a_start.min(), starts.min()))
-    span = int(max(a_end.max(), ends.max()) - t0) + 1
-    key = _lift(a_start, lane[:n], t0, span)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    a_end = np.maximum.accumulate(_lift(a_end, lane[:n], t0, span)[order])
-    lo = _lift(starts, lane[n:], t0, span)
-    hi = _lift(ends, lane[n:], t0, span)
-    first = np.searchsorted(key, lo, side="left")
-    last = np.searchsorted(key, hi, side="left") - 1
-    ok = last >= first
-    base = lane[n:] * span - t0
-    return (np.where(ok, key[np.minimum(first, len(key) - 1)] - base, -1),
-            np.where(ok, np.minimum(a_end[np.maximum(last, 0)], hi) - base, -1))
+        return first_start, last_end
+    a_pid, a_tid = api["pid"], api["tid"]
+    plain_tids = int(a_tid.min()) >= 0 and int(a_tid.max()) <= 0xFFFFFFFF  # thread_key keeps them as they are
+    for thread in distinct(threads).tolist():
+        low = thread & 0xFFFFFFFF
+        same = a_pid == thread >> 32
+        same &= (a_tid == low) if plain_tids else (a_tid & 0xFFFFFFFF) == low
+        calls = np.flatnonzero(same)  # the thread's calls: no key per call of the table
+        del same
+        if len(calls) == 0:
+            continue
+        a_start, reach = api["start_ns"][calls], api["end_ns"][calls]
+        del calls
+        if not bool((a_start[1:] >= a_start[:-1]).all()):  # a thread's calls come in start order
+            order = np.argsort(a_start, kind="stable")
+            a_start, reach = a_start[order], reach[order]
+            del order
+        np.maximum.accumulate(reach, out=reach)
+        mine = np.flatnonzero(threads == thread)
+        lo, hi = starts[mine], ends[mine]
+        first = np.searchsorted(a_start, lo, side="left")
+        last = np.searchsorted(a_start, hi, side="left") - 1
+        ok = last >= first
+        first_start[mine] = np.where(ok, a_start[np.minimum(first, len(a_start) - 1)], -1)
+        last_end[mine] = np.where(ok, np.minimum(reach[np.maximum(last, 0)], hi), -1)
+    return first_start, last_end
 
 
 def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.ndarray
@@ -341,9 +343,7 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     use_span = has_op & single & (span_s >= 0) & (span_e - span_s > in_e - in_s)
     # without an issuing range, the launch call itself; a call that launched several kernels (a CUDA graph)
     # is split evenly, and each communication kernel owns its share
-    per_call = np.bincount(act.launch_row[linked]) if linked.any() else np.zeros(1, dtype=np.int64)
-    launched = np.where(c_linked, per_call[np.maximum(c_row, 0)], 1)  # unlinked: no share, never divided by 0
-    del per_call
+    launched = np.where(c_linked, _launched_by(act.launch_row[linked], c_row), 1)  # unlinked: never divided by 0
     share = (c_launch_end - c_launch) // launched
     issue_start = np.where(has_op, np.where(use_span, span_s, in_s), np.where(c_linked, c_launch, -1))
     issue_end = np.where(has_op, np.where(use_span, span_e, in_e), np.where(c_linked, c_launch + share, -1))
@@ -355,12 +355,26 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     source = np.where(has_op, "cpu_op", np.where(c_linked, "launch_api", "none"))
 
     anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
-    distinct = np.unique(api["name_id"][api["name_id"] >= 0]) if len(api) else np.empty(0, dtype=np.int64)
-    sync_ids = [i for i in distinct.tolist() if HOST_SYNC.search(trace.strings[i])]
-    launching = np.unique(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
-    is_sync = np.isin(api["name_id"], sync_ids) & np.isin(thread_key(api["pid"], api["tid"]), launching)
+    sync = np.flatnonzero(np.isin(api["name_id"], _ids_matching(trace, api["name_id"], HOST_SYNC)))
+    launching = distinct(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
+    sync = sync[np.isin(thread_key(api["pid"][sync], api["tid"][sync]), launching)]
     return HostEvidence(launch_bound, issue_start, issue_end, owner, source, call_start, call_end, call_owner,
-                        anchor, cumsum, np.sort(api["start_ns"][is_sync]))
+                        anchor, cumsum, np.sort(api["start_ns"][sync]))
+
+
+def _launched_by(launch_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """How many of ``launch_rows`` (the launching call of each linked kernel) are each of ``rows``: the kernels
+    one call launched (``np.bincount(launch_rows)[rows]``, without a count per API row)."""
+    launched = np.sort(launch_rows)
+    return np.searchsorted(launched, rows, side="right") - np.searchsorted(launched, rows, side="left")
+
+
+def _ids_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> list[int]:
+    """String ids among ``ids`` whose text matches ``pattern`` — or among the whole string pool when it is the
+    smaller: ids the rows do not hold select no row either way."""
+    pool = trace.strings
+    candidates = range(len(pool)) if len(pool) <= len(ids) else distinct(ids[ids >= 0]).tolist()
+    return [i for i in candidates if pattern.search(pool[i])]
 
 
 def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame,

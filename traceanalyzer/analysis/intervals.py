@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .grouped import distinct
+
 Intervals = tuple[np.ndarray, np.ndarray]
 
 _I64 = np.int64
@@ -32,19 +34,47 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """Merge any intervals into a union: sorted, disjoint, touching intervals joined, empty ones dropped."""
     s, e = _arrays(starts, ends)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
+    del keep
     if len(s) == 0:
         return empty()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    # a new merged interval begins where the start lies beyond everything seen so far
+    if not bool((s[1:] >= s[:-1]).all()):  # in start order already (a device's kernels): no sort, no copies
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
+    return _merged(s, np.maximum.accumulate(e))
+
+
+def _merged(s: np.ndarray, reach: np.ndarray) -> Intervals:
+    """The union of intervals sorted by start (``s``), ``reach`` the running maximum of their ends: a new merged
+    interval begins where the start lies beyond everything seen so far."""
     new = np.empty(len(s), dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.concatenate((first[1:] - 1, [len(s) - 1]))
-    return s[first], reach[last]
+    del new
+    starts = s[first]
+    first[:-1] = first[1:] - 1  # now the last interval of each merged one
+    first[-1] = len(s) - 1
+    return starts, reach[first]
+
+
+def merge_unions(a: Intervals, b: Intervals) -> Intervals:
+    """``a ∪ b`` of two unions: the intervals of ``b`` placed among those of ``a`` by binary search (no sort),
+    then merged as :func:`union` merges."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if len(a_s) == 0 or len(b_s) == 0:
+        return (b_s, b_e) if len(a_s) == 0 else (a_s, a_e)
+    at = np.searchsorted(a_s, b_s, side="right") + np.arange(len(b_s))  # b's slots in the merged start order
+    from_a = np.ones(len(a_s) + len(b_s), dtype=bool)
+    from_a[at] = False
+    s, reach = np.empty(len(from_a), dtype=_I64), np.empty(len(from_a), dtype=_I64)
+    s[at], reach[at] = b_s, b_e
+    s[from_a], reach[from_a] = a_s, a_e
+    del at, from_a
+    np.maximum.accumulate(reach, out=reach)
+    return _merged(s, reach)
 
 
 def total(starts: np.ndarray, ends: np.ndarray) -> int:
@@ -178,21 +208,32 @@ def group_union(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> tup
     s, e = _arrays(starts, ends)
     g = np.asarray(groups).ravel()
     keep = e > s
-    s, e, g = s[keep], e[keep], g[keep]
+    if not keep.all():
+        s, e, g = s[keep], e[keep], g[keep]
+    del keep
     if len(s) == 0:
         return s, e, g
-    keys, gi = np.unique(g, return_inverse=True)
+    keys = distinct(g) if g.dtype.kind in "iu" else np.unique(g)
+    gi = np.searchsorted(keys, g)  # np.unique's inverse, without a sort of every row
     lo = np.full(len(keys), np.iinfo(_I64).max, dtype=_I64)
     hi = np.full(len(keys), np.iinfo(_I64).min, dtype=_I64)
     np.minimum.at(lo, gi, s)
     np.maximum.at(hi, gi, e)
     width = hi - lo + 1  # +1 keeps the last end of one group from touching the next group's first start
-    offset = np.concatenate(([0], np.cumsum(width)[:-1])).astype(_I64)
-    shift = offset[gi] - lo[gi]
-    us, ue = union(s + shift, e + shift)
+    offset = np.r_[0, np.cumsum(width)[:-1]].astype(_I64)
+    shift = offset[gi]
+    shift -= lo[gi]
+    del gi
+    lifted_s = s + shift
+    shift += e  # the lifted ends, in place
+    us, ue = union(lifted_s, shift)
+    del lifted_s, shift
     owner = np.searchsorted(offset, us, side="right") - 1
-    back = offset[owner] - lo[owner]
-    return us - back, ue - back, keys[owner]
+    back = offset[owner]
+    back -= lo[owner]
+    us -= back
+    ue -= back
+    return us, ue, keys[owner]
 
 
 def cumulative(u: Intervals, t: np.ndarray) -> np.ndarray:
@@ -217,6 +258,17 @@ def measure_within(u: Intervals, win_starts: np.ndarray, win_ends: np.ndarray) -
     return cumulative(u, we) - cumulative(u, ws)
 
 
+def overlaps(u: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each interval ``[start, end)`` shares time with the union ``u`` (``measure_within(u, …) > 0``, by one
+    binary search: the first interval of ``u`` ending after the start must begin before the end)."""
+    s, e = _arrays(starts, ends)
+    u_s, u_e = u
+    if len(u_s) == 0:
+        return np.zeros(len(s), dtype=bool)
+    first = np.searchsorted(u_e, s, side="right")
+    return (e > s) & (first < len(u_s)) & (u_s[np.minimum(first, len(u_s) - 1)] < e)
+
+
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> Intervals:
     """Intervals cut to ``[lo, hi)``; those left empty are dropped."""
     s, e = _arrays(starts, ends)
@@ -235,14 +287,24 @@ def clip_to_windows(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray
     s, e = _arrays(starts, ends)
     ws, we = _arrays(win_starts, win_ends)
     first = np.searchsorted(we, s, side="right")  # first window ending after the start
-    last = np.searchsorted(ws, e, side="left") - 1  # last window starting before the end
-    count = np.maximum(last - first + 1, 0)
-    source = np.repeat(np.arange(len(s)), count)
-    step_in = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    window = np.repeat(first, count) + step_in
-    ps = np.maximum(s[source], ws[window])
-    pe = np.minimum(e[source], we[window])
+    count = np.searchsorted(ws, e, side="left") - first  # windows starting before the end, from there on
+    np.maximum(count, 0, out=count)
+    if int(count.max(initial=0)) <= 1:  # each interval inside one window at most (gaps within steps): no repeats
+        source = np.flatnonzero(count)
+        window = first[source]
+    else:
+        source = np.repeat(np.arange(len(s)), count)
+        step_in = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        window = np.repeat(first, count) + step_in
+        del step_in
+    del first, count
+    ps = s[source]
+    np.maximum(ps, ws[window], out=ps)
+    pe = e[source]
+    np.minimum(pe, we[window], out=pe)
     keep = pe > ps
+    if keep.all():  # non-empty intervals: every piece is
+        return ps, pe, window, source
     return ps[keep], pe[keep], window[keep], source[keep]
 
 
@@ -267,8 +329,11 @@ def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Interval
         return empty()
     lo = int(u_s[0]) if lo is None else lo
     hi = int(u_e[-1]) if hi is None else hi
-    g_s = np.concatenate(([lo], u_e)).astype(_I64)
-    g_e = np.concatenate((u_s, [hi])).astype(_I64)
+    g_s = np.r_[lo, u_e].astype(_I64)
+    g_e = np.r_[u_s, hi].astype(_I64)
+    if lo <= u_s[0] and u_e[-1] <= hi:  # the union inside [lo, hi): only the two outer gaps can be empty
+        first, stop = int(g_e[0] <= g_s[0]), len(g_s) - int(g_e[-1] <= g_s[-1])
+        return g_s[first:stop], g_e[first:stop]
     return clip(g_s, g_e, lo, hi)
 
 

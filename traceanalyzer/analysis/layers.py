@@ -60,7 +60,7 @@ class Layers:
     """Per-layer table, the table row of each kernel (-1: none) and how layers were found."""
 
     table: pd.DataFrame
-    kernel_row: np.ndarray
+    kernel_row: np.ndarray  # int32 or int64
     source: str
 
     def layer_at(self, times: np.ndarray) -> np.ndarray:
@@ -310,4 +310,5 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
     rank_of[order] = np.arange(len(order))
     table = table.iloc[order].reset_index(drop=True)
     row = np.where(row >= 0, rank_of[np.maximum(row, 0)], -1)
-    return Layers(_per_layer_numbers(act, table, row, steps, numbers), row, source)
+    # the row of each kernel, kept with the summary: int32 (a table of fewer than 2**31 layers)
+    return Layers(_per_layer_numbers(act, table, row, steps, numbers), row.astype(np.int32), source)

@@ -38,6 +38,7 @@ from . import intervals as iv
 from . import step_detect
 from .activity import DeviceActivity
 from .frames import array_of, frame
+from .grouped import distinct
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
 WARMUP_FACTOR = 3.0  # a forward pass this many times longer than the typical one is warm-up
@@ -51,41 +52,42 @@ WELL_KNOWN_STEP = re.compile(r"^(?:(?:train|training|eval|decode|prefill)[ _]?)?
 
 def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pids: np.ndarray,
                    tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPU windows ``(start, end, non_empty)`` of CPU ranges (see the module doc); vectorized per thread."""
+    """GPU windows ``(start, end, non_empty)`` of CPU ranges (see the module doc; 0, 0 where empty); vectorized
+    per thread, over the kernels and the memory operations apart (the window covers both)."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     g_start = np.zeros(len(starts), dtype=np.int64)
     g_end = np.zeros(len(starts), dtype=np.int64)
     found = np.zeros(len(starts), dtype=bool)
-    # kernels and memory operations together: a range's GPU work includes the copies it issued
-    launch_ns = np.concatenate((act.launch_ns, act.memop_launch_ns))
-    launch_pid = np.concatenate((act.launch_pid, act.memop_launch_pid))
-    launch_tid = np.concatenate((act.launch_tid, act.memop_launch_tid))
-    k_start = np.concatenate((act.kernels["start_ns"], act.memops["start_ns"]))
-    k_end = np.concatenate((act.kernels["end_ns"], act.memops["end_ns"]))
-    linked = launch_ns >= 0
-    if not linked.any() or len(starts) == 0:
+    # kernels and memory operations: a range's GPU work includes the copies it issued
+    parts = [(act.launch_ns, act.launch_pid, act.launch_tid, act.kernels),
+             (act.memop_launch_ns, act.memop_launch_pid, act.memop_launch_tid, act.memops)]
+    if not any(bool((launch >= 0).any()) for launch, *_ in parts) or len(starts) == 0:
         return g_start, g_end, found
-    threads = np.unique(np.c_[np.asarray(pids, dtype=np.int64), np.asarray(tids, dtype=np.int64)], axis=0)
-    for pid, tid in threads:  # a few threads; every range of a thread is projected at once
+    threads = pd.DataFrame({"pid": np.asarray(pids, dtype=np.int64), "tid": np.asarray(tids, dtype=np.int64)})
+    for pid, tid in threads.drop_duplicates().itertuples(index=False):  # a few; all ranges of a thread at once
         rows = np.flatnonzero((pids == pid) & (tids == tid))
-        ksel = linked & (launch_pid == pid)
-        if tid >= 0 and (ksel & (launch_tid == tid)).any():
-            ksel &= launch_tid == tid
-        idx = np.flatnonzero(ksel)
-        idx = idx[np.argsort(launch_ns[idx], kind="stable")]
-        launch = launch_ns[idx]
-        lo = np.searchsorted(launch, starts[rows], side="left")
-        hi = np.searchsorted(launch, np.maximum(ends[rows], starts[rows]), side="left")
-        mins, maxs, ok = iv.range_min_max(k_start[idx], k_end[idx], lo, hi)
-        g_start[rows], g_end[rows], found[rows] = mins, maxs, ok
+        of_pid = [(launch >= 0) & (l_pid == pid) for launch, l_pid, _, _ in parts]
+        # the thread's own launches where it made any, else the process's
+        by_tid = tid >= 0 and any(bool((sel & (part[2] == tid)).any()) for sel, part in zip(of_pid, parts,
+                                                                                             strict=True))
+        lo_ends = np.maximum(ends[rows], starts[rows])
+        for sel, (launch, _, l_tid, table) in zip(of_pid, parts, strict=True):
+            idx = np.flatnonzero(sel & (l_tid == tid) if by_tid else sel)
+            idx = idx[np.argsort(launch[idx], kind="stable")]
+            lo = np.searchsorted(launch[idx], starts[rows], side="left")
+            hi = np.searchsorted(launch[idx], lo_ends, side="left")
+            mins, maxs, ok = iv.range_min_max(table["start_ns"][idx], table["end_ns"][idx], lo, hi)
+            both = ok & found[rows]
+            g_start[rows] = np.where(both, np.minimum(g_start[rows], mins), np.where(ok, mins, g_start[rows]))
+            g_end[rows] = np.where(both, np.maximum(g_end[rows], maxs), np.where(ok, maxs, g_end[rows]))
+            found[rows] |= ok
     return g_start, g_end, found
 
 
 def matching_ids(pool: list[str], ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
     """The distinct string ids among ``ids`` whose text matches ``pattern`` (regex run once per distinct name)."""
-    distinct = np.unique(ids[ids >= 0])
-    return np.array([i for i in distinct.tolist() if pattern.search(pool[i])], dtype=np.int64)
+    return np.array([i for i in distinct(ids[ids >= 0]).tolist() if pattern.search(pool[i])], dtype=np.int64)
 
 
 def ranges_named(act: DeviceActivity, *, name: str | None = None, pattern: re.Pattern[str] | None = None,

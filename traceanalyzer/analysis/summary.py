@@ -51,14 +51,16 @@ class SummaryOptions:
 
 def device_pairs(trace: Trace) -> list[tuple[int, int]]:
     """The (rank, device) pairs that have kernels, sorted."""
+    from .grouped import distinct
+
     k = trace.kernels
     if len(k) == 0:
         return []
     rank, device = k["rank"], k["device"]
-    ranks = np.unique(rank)
+    ranks = distinct(rank)
     if len(ranks) == 1:  # the usual case (one file, one rank): no row-wise unique over all kernels
-        return [(int(ranks[0]), int(d)) for d in np.unique(device)]
-    return [(int(r), int(d)) for r in ranks for d in np.unique(device[rank == r])]
+        return [(int(ranks[0]), int(d)) for d in distinct(device)]
+    return [(int(r), int(d)) for r in ranks for d in distinct(device[rank == r])]
 
 
 def trace_meta(trace: Trace) -> TraceMeta:

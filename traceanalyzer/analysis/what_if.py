@@ -42,10 +42,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace import Trace
+from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .frames import array_of, frame
+from .grouped import dense_codes, run_quantile, sorted_runs
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
 from .what_if_range import profiler_weighing, step_range, upper_bounds
@@ -80,19 +81,37 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None
     compute = ~act.kernel_is_comm
     if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
         return None
-    s, e = k["start_ns"][compute], k["end_ns"][compute]
-    beside = iv.measure_within(act.comm, s, e) > 0
-    frame = pd.DataFrame({"name": k["name_id"][compute], "grid": k["grid"][compute],
-                          "block": k["block"][compute], "dur": e - s, "beside": beside})
-    keys = ["name", "grid", "block"]
-    base = frame[~frame["beside"]].groupby(keys)["dur"].median().rename("base")
-    frame = frame.join(base, on=keys)
-    excess = (frame["dur"] - frame["base"]).clip(lower=0).where(frame["beside"] & frame["base"].notna(), 0)
-    order = np.argsort(array_of(per_step, "start_ns"), kind="stable")
-    win = iv.window_of(s, array_of(per_step, "start_ns")[order], array_of(per_step, "end_ns")[order])
-    step = np.where(win >= 0, array_of(per_step, "step")[order][np.maximum(win, 0)], -1)
-    out = excess.groupby(step).sum()
-    return out[out.index >= 0].astype(np.int64)
+    s, dur = k["start_ns"][compute], k["end_ns"][compute]
+    beside = iv.overlaps(act.comm, s, dur)
+    dur -= s
+    kernel = _codes(k, ("name_id", "grid", "block"), compute)
+    base = np.full(int(kernel.max()) + 1, np.nan)
+    if not beside.all():
+        ids, _, by_dur, first = sorted_runs(kernel[~beside], dur[~beside])
+        base[ids] = run_quantile(by_dur, first, 0.5)  # the median, as pandas' group-by takes it
+    of_kernel = base[kernel]
+    # multiples of 0.5 ns: sums of them are exact in any order
+    excess = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
+    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
+    win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
+    step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
+    steps = np.unique(step)
+    total = np.bincount(np.searchsorted(steps, step), weights=excess, minlength=len(steps))
+    return pd.Series(total[steps >= 0].astype(np.int64), index=steps[steps >= 0])
+
+
+def _codes(table: Table, columns: tuple[str, ...], rows: np.ndarray) -> np.ndarray:
+    """One dense int64 code per distinct combination of the (integer) ``columns`` at ``rows`` (a mask), in their
+    sorted order: each key's rank among its distinct values, combined, made dense again (so the next product cannot
+    overflow) — binary searches in the distinct values, no hash table or sort of every row; one column gathered at
+    a time."""
+    code = np.zeros(int(rows.sum()), dtype=np.int64)
+    for column in columns:
+        part = dense_codes(table[column][rows])
+        code *= int(part.max()) + 1
+        code += part
+        code = dense_codes(code)
+    return code
 
 
 def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
@@ -108,17 +127,24 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
     start, end = k["start_ns"], k["end_ns"]
     pos = np.searchsorted(b_start, start, side="right") - 1  # busy interval holding each kernel
     opens = (pos >= 1) & (b_start[np.maximum(pos, 0)] == start)
-    before = np.where(opens, start - b_end[np.maximum(pos - 1, 0)], 0)
-    typical = before[opens & ~act.kernel_is_comm & ~host.launch_bound]
-    if len(typical) == 0:
+    # the usual gap: before the kernels opening a busy interval, neither communication nor waiting for the host
+    usual_rows = np.flatnonzero(opens & ~act.kernel_is_comm & ~host.launch_bound)
+    if len(usual_rows) == 0:
         return out
-    usual = int(np.median(typical))
-    closes = (pos >= 0) & (pos + 1 < len(b_start)) & (b_end[np.clip(pos, 0, len(b_end) - 1)] == end)
-    nxt_start = b_start[np.clip(pos + 1, 0, len(b_start) - 1)]
+    usual = int(np.median(start[usual_rows] - b_end[pos[usual_rows] - 1]))
+    del usual_rows
+    comm = np.flatnonzero(act.kernel_is_comm)  # the rest only for the communication kernels
+    c_pos, c_opens, c_start, c_end = pos[comm], opens[comm], start[comm], end[comm]
+    del pos, opens
+    before = np.where(c_opens, c_start - b_end[np.maximum(c_pos - 1, 0)], 0)
+    closes = (c_pos >= 0) & (c_pos + 1 < len(b_start)) & (b_end[np.clip(c_pos, 0, len(b_end) - 1)] == c_end)
+    nxt_start = b_start[np.clip(c_pos + 1, 0, len(b_start) - 1)]
     nxt = np.minimum(np.searchsorted(start, nxt_start, side="left"), len(k) - 1)
-    after = np.where(closes & ~host.launch_bound[nxt], nxt_start - end, 0)
-    lat = np.where(opens & ~host.launch_bound, np.maximum(before - usual, 0), 0) + np.maximum(after - usual, 0)
-    return np.where(act.kernel_is_comm, lat, 0).astype(np.int64)
+    after = np.where(closes & ~host.launch_bound[nxt], nxt_start - c_end, 0)
+    lat = np.where(c_opens & ~host.launch_bound[comm], np.maximum(before - usual, 0), 0) + \
+        np.maximum(after - usual, 0)
+    out[comm] = lat
+    return out
 
 
 def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Columns | None:
@@ -503,11 +529,18 @@ def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
     details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
     basis = _basis(int(step_host.sum()), int(step_saving.sum()))
     if with_range:
-        limiting = pd.DataFrame([stepped[int(own.columns[c])].loc[step] for step, c in zip(own.index, pick,
-                                                                                            strict=True)])
-        details.update(step_range(limiting, int(np.median(step_saving)), basis))
+        details.update(step_range(_limiting_rows(stepped, own, pick), int(np.median(step_saving)), basis))
     details.update(_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
+
+
+def _limiting_rows(stepped: dict[int, pd.DataFrame], own: pd.DataFrame, pick: np.ndarray) -> pd.DataFrame:
+    """Per step of ``own`` (in its order), the row of the rank set as limiting (``pick``: column of ``own``), as
+    floats: each rank's rows taken at once, not a row lookup per step."""
+    position = np.arange(len(own))
+    parts = [stepped[int(own.columns[c])].loc[own.index[pick == c]].set_axis(position[pick == c])
+             for c in np.unique(pick).tolist()]
+    return pd.concat(parts).sort_index().astype(np.float64)
 
 
 def _by_rank_tables(stepped: dict[int, pd.DataFrame]

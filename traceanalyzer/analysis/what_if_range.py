@@ -89,8 +89,8 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
             starts.append(trace.api_calls["start_ns"][trace.api_calls["rank"] == dev.rank])
     if len(r) and cpu_op is not None and cpu_op >= 0:
         starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
-    if starts:
-        events = np.sort(np.concatenate(starts))
+    for events in starts:  # counted per source, each sorted only when it is not already
+        events = events if bool((events[1:] >= events[:-1]).all()) else np.sort(events)
         counts += np.searchsorted(events, we) - np.searchsorted(events, ws)
     return array_of(per, "step", np.int64), counts.astype(np.int64)
 

@@ -26,10 +26,10 @@ _CPU_KINDS = ("nvtx", "user_annotation", "cpu_op", "python_function")
 
 
 def _ids_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
-    """Boolean mask of rows whose string id's text matches ``pattern`` (each distinct id tested once)."""
-    unique, inverse = np.unique(ids, return_inverse=True)
-    hit = np.array([i >= 0 and bool(pattern.search(trace.strings[int(i)])) for i in unique], dtype=bool)
-    return hit[inverse] if len(ids) else np.zeros(0, dtype=bool)
+    """Boolean mask of rows whose string id's text matches ``pattern`` (-1: none): each string of the pool tested
+    once, looked up by id (no sort of the rows)."""
+    hit = np.array([bool(pattern.search(text)) for text in trace.strings.values] + [False], dtype=bool)
+    return hit[np.where(ids >= 0, ids, len(hit) - 1)] if len(ids) else np.zeros(0, dtype=bool)
 
 
 def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -64,12 +64,11 @@ def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) ->
     if len(rows) == 0 or len(r) == 0:
         return result
     named = _ids_matching(trace, r["name_id"], pattern) & (r["end_ns"] >= r["start_ns"])
-    kinds = trace.names(r["kind_id"])
-    gpu = named & np.isin(kinds, _GPU_KINDS) & (r["device"] >= 0)
+    gpu = named & _kind_in(trace, r["kind_id"], _GPU_KINDS) & (r["device"] >= 0)
     if gpu.any():
         result = _instances(k["start_ns"][rows], k["device"][rows].astype(np.int64), r["start_ns"][gpu],
                             r["end_ns"][gpu], r["device"][gpu].astype(np.int64))
-    cpu = named & np.isin(kinds, _CPU_KINDS)
+    cpu = named & _kind_in(trace, r["kind_id"], _CPU_KINDS)
     api = trace.api_calls
     if cpu.any() and len(api):
         correlation = k["correlation"][rows]
@@ -83,6 +82,11 @@ def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) ->
         offset = int(result.max()) + 1
         result = np.where((result < 0) & (cpu_ids >= 0) & linked, cpu_ids + offset, result)
     return result
+
+
+def _kind_in(trace: Trace, kind_id: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
+    """Whether each row's kind (a string id) is one of ``kinds``: compared by id, no string per row."""
+    return np.isin(kind_id, [i for i in map(trace.strings.get, kinds) if i >= 0])
 
 
 def launch_rows(api_pid: np.ndarray, api_correlation: np.ndarray, pid: np.ndarray, correlation: np.ndarray,
@@ -121,7 +125,14 @@ def refine_with_context(trace: Trace) -> Trace:
     if "bucket_id" not in k or len(k) == 0:
         return trace
     strings = trace.strings
-    bucket, sub, rule = k["bucket_id"].copy(), k["subbucket_id"].copy(), k["rule_id"].copy()
+    changed: dict[str, np.ndarray] = {}  # the columns a move writes, copied on the first write
+
+    def written(column: str) -> np.ndarray:
+        if column not in changed:
+            changed[column] = k[column].copy()
+        return changed[column]
+
+    bucket = k["bucket_id"]
     gemm, moe_ids = strings.get("gemm"), [strings.get(b) for b in ("moe_gemm", "moe_fp4_gemm")]
     # only the kernels a range can move: GEMMs and grouped MoE kernels, then SendRecv
     rows = np.flatnonzero((bucket == gemm) | np.isin(bucket, moe_ids)) if gemm >= 0 else np.empty(0, np.int64)
@@ -132,13 +143,19 @@ def refine_with_context(trace: Trace) -> Trace:
         has_moe[inst[moe_rows]] = True
         move = (bucket[rows] == gemm) & (inst >= 0)
         move[move] = ~has_moe[inst[move]]
-        bucket[rows[move]] = strings.intern("moe_gemm")
-        sub[rows[move]] = strings.intern("eager_expert_gemm")
-        rule[rows[move]] = strings.intern("context.moe_range")
+        # the names interned as before, moves or not (the string pool stays as it was)
+        ids = {c: strings.intern(v) for c, v in (("bucket_id", "moe_gemm"), ("subbucket_id", "eager_expert_gemm"),
+                                                  ("rule_id", "context.moe_range"))}
+        if move.any():
+            for column, value in ids.items():
+                written(column)[rows[move]] = value
+    sub = changed.get("subbucket_id", k["subbucket_id"])
     sendrecv = strings.get("sendrecv")
     if sendrecv >= 0 and (sub == sendrecv).any():
         rows = np.flatnonzero(sub == sendrecv)
         a2a = rows[_range_instance(trace, ALL_TO_ALL_RANGE, rows) >= 0]
-        sub[a2a] = strings.intern("all_to_all")
-        rule[a2a] = strings.intern("context.all_to_all_range")
-    return trace.with_table("kernels", k.with_columns(bucket_id=bucket, subbucket_id=sub, rule_id=rule))
+        ids = {"subbucket_id": strings.intern("all_to_all"), "rule_id": strings.intern("context.all_to_all_range")}
+        if len(a2a):
+            for column, value in ids.items():
+                written(column)[a2a] = value
+    return trace.with_table("kernels", k.with_columns(**changed)) if changed else trace

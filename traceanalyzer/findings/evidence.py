@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..analysis.activity import DeviceActivity, gather
 from ..analysis.gpu_metrics import metric_mask, phase_labels
+from ..analysis.grouped import distinct
 from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary
@@ -71,6 +72,7 @@ class DeviceEvidence:
         chains = self.__dict__.get("chains")
         if chains is not None:
             chains.attrs.pop("followers", None)
+        self.__dict__.pop("_gap_figures", None)  # held by the figures themselves now
         self._trace = self._device = None
         return self
 
@@ -95,18 +97,14 @@ class DeviceEvidence:
         if chains is None:
             return {}
         trace = self.trace
-        names = pd.Series(trace.names(trace.kernels["name_id"][chains.attrs["followers"]]).astype(str))
-        return {str(n): int(c) for n, c in names.value_counts().head(5).items()}
+        return most_frequent_names(trace, trace.kernels["name_id"][chains.attrs["followers"]], 5)
 
     # -- launch-bound GPUs (host_rules.host_bound_no_cuda_graphs) -----------------------------------------------
     @cached_property
     def launch_idle(self) -> tuple[int, float]:
         """(median per step of the idle time in gaps shorter than ``long_gap_min_ns``, its % of the step): the
         launch gaps between kernels; longer gaps are the host blocked or busy elsewhere."""
-        gs, ge, window = _device_gaps(self.trace, self._dev)
-        short = (ge - gs) < self.long_gap_min_ns
-        idle = per_step_median(steps(self._dev), window[short], (ge - gs)[short])
-        return idle, pct_of_step(self._dev, idle) or 0.0
+        return self._gap_figures[0]
 
     @cached_property
     def kernels_in_steps(self) -> tuple[int, int]:
@@ -127,7 +125,18 @@ class DeviceEvidence:
     @cached_property
     def gaps_with_cause(self) -> tuple[int, int, dict[str, int]] | None:
         """:func:`gaps_with_cause` with ``long_gap_min_ns``."""
-        return gaps_with_cause(self.trace, self._dev, self.long_gap_min_ns)
+        return self._gap_figures[1]
+
+    @cached_property
+    def _gap_figures(self) -> tuple[tuple[int, float], tuple[int, int, dict[str, int]] | None]:
+        """``launch_idle`` and ``gaps_with_cause`` from one :func:`_device_gaps` (both rules read both; the gaps,
+        about as many as the device's kernels, are not kept)."""
+        gaps = _device_gaps(self.trace, self._dev)
+        gs, ge, window = gaps
+        short = (ge - gs) < self.long_gap_min_ns
+        idle = per_step_median(steps(self._dev), window[short], (ge - gs)[short])
+        return (idle, pct_of_step(self._dev, idle) or 0.0), gaps_with_cause(self.trace, self._dev,
+                                                                             self.long_gap_min_ns, gaps)
 
     # -- collectives done on the CPU (host_rules.collectives_without_kernels) ----------------------------------
     @cached_property
@@ -168,10 +177,19 @@ def _ids(trace: Trace, values: tuple[str, ...]) -> np.ndarray:
 
 
 def _names_match(trace: Trace, name_ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
-    """Per row: whether the kernel name (by string id) matches ``pattern``; each distinct name is tested once."""
-    uniq, inverse = np.unique(name_ids, return_inverse=True)
-    hits = np.array([bool(pattern.search(str(n))) for n in trace.names(uniq)], dtype=bool)
-    return hits[inverse] if len(uniq) else np.zeros(len(name_ids), dtype=bool)
+    """Per row: whether the kernel name (by string id) matches ``pattern``; each distinct name is tested once, a
+    missing one (id < 0) as the text "None" (``str`` of ``trace.names``' None)."""
+    return _names_matching(trace, name_ids, pattern) | ((name_ids < 0) & bool(pattern.search("None")))
+
+
+def most_frequent_names(trace: Trace, ids: np.ndarray, n: int) -> dict[str, int]:
+    """The ``n`` most frequent names of the string ids with their counts (``value_counts`` of the names: ties in
+    order of first appearance), counted by id — one per name, met in the same order — not by text."""
+    if (ids < 0).any():  # a missing name reads "None", as a name might
+        names = pd.Series(trace.names(ids).astype(str))
+        return {str(name): int(c) for name, c in names.value_counts().head(n).items()}
+    top = pd.Series(ids).value_counts().head(n)
+    return {str(name): int(c) for name, c in zip(trace.names(top.index.to_numpy()), top.tolist(), strict=True)}
 
 
 def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.DataFrame | None:
@@ -235,9 +253,13 @@ def _names_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> 
     if not len(ids):
         return np.zeros(0, dtype=bool)
     valid = ids >= 0
-    distinct = np.unique(ids[valid])  # no inverse: a lookup table by id replaces it (no sort of all rows)
-    hit = np.zeros(int(distinct[-1]) + 1 if len(distinct) else 1, dtype=bool)
-    hit[distinct] = [bool(pattern.search(trace.strings[u])) for u in distinct.tolist()]
+    pool = trace.strings
+    if 0 < len(pool) <= len(ids):  # every string of the pool tested: fewer than the rows' distinct ids' sort
+        hit = np.array([bool(pattern.search(text)) for text in pool.values], dtype=bool)
+    else:
+        present = distinct(ids[valid])  # no inverse: a lookup table by id replaces it (no sort of all rows)
+        hit = np.zeros(int(present[-1]) + 1 if len(present) else 1, dtype=bool)
+        hit[present] = [bool(pattern.search(pool[u])) for u in present.tolist()]
     return valid & hit[np.where(valid, ids, 0)]
 
 
@@ -273,13 +295,17 @@ def _pid_of(trace: Trace, dev: DeviceSummary) -> int:
 def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU idle gaps of the device (between kernels / memory operations) cut to the step windows:
     (starts, ends, step window index)."""
-    k, m = trace.kernels, trace.memops
-    kmask = kernel_mask(trace, dev)
-    mmask = m["device"] == dev.device
-    if dev.rank >= 0:
-        mmask &= m["rank"] == dev.rank
-    s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
-                 np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
+    act = dev.activity
+    if isinstance(act, DeviceActivity) and act.trace is trace and dev.rank >= 0:
+        s, e = act.busy  # the union below, gathered already
+    else:
+        k, m = trace.kernels, trace.memops
+        kmask = kernel_mask(trace, dev)
+        mmask = m["device"] == dev.device
+        if dev.rank >= 0:
+            mmask &= m["rank"] == dev.rank
+        s, e = union(np.concatenate([k["start_ns"][kmask], m["start_ns"][mmask]]),
+                     np.concatenate([k["end_ns"][kmask], m["end_ns"][mmask]]))
     ws, we = step_windows(dev)
     order = np.argsort(ws, kind="stable")
     lo, hi = (int(s[0]), int(e[-1])) if len(s) else (0, 0)
@@ -288,12 +314,14 @@ def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarr
     return gap_start, gap_end, order[window]
 
 
-def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int) -> tuple[int, int, dict[str, int]] | None:
+def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int,
+                    device_gaps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[int, int, dict[str, int]] | None:
     """Total ns and count of long idle gaps (inside step windows) overlapped by a blocking host call of the same
-    process, with the names of those calls."""
+    process, with the names of those calls. ``device_gaps``: :func:`_device_gaps` if at hand."""
     if not len(trace.api_calls):  # no host call, none blocking
         return None
-    gap_start, gap_end, _ = _device_gaps(trace, dev)  # only time inside steps
+    gap_start, gap_end, _ = _device_gaps(trace, dev) if device_gaps is None else device_gaps  # inside steps
     long_gap = (gap_end - gap_start) >= min_gap_ns
     if not long_gap.any():
         return None

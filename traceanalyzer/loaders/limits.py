@@ -24,12 +24,12 @@ from ..errors import BadInputError
 from ..trace import Trace
 
 # Peak bytes per row of an nsys summary (the load's typed columns, string interning, transient copies of sorting,
-# and the analyses' per-device tables), measured on a 400x grown tp2 prefill export (benchmarks/grow_nsys.py;
-# docs/SCALE.md), rounded up. A summary reads only the API calls it needs (loaders.nsys_api): "api_needed" counts
-# one per kernel or memory operation (their launches), "api_starts" every API row (each call's start is kept);
-# "api_calls" is a load of every API row.
-NSYS_BYTES_PER_ROW = {"kernels": 400, "memops": 200, "ranges": 200, "api_calls": 150, "api_needed": 120,
-                      "api_starts": 40, "graph_launches": 150, "gpu_metrics": 60}
+# and the analyses' per-device tables), from a 400x grown tp2 prefill export (benchmarks/grow_nsys.py;
+# docs/SCALE.md): about 1.2x the measured peak there. A summary reads only the API calls it needs
+# (loaders.nsys_api): "api_needed" counts one per kernel or memory operation (their launches), "api_starts" every
+# API row (each call's start is kept, 4 bytes); "api_calls" is a load of every API row.
+NSYS_BYTES_PER_ROW = {"kernels": 240, "memops": 120, "ranges": 120, "api_calls": 150, "api_needed": 85,
+                      "api_starts": 10, "graph_launches": 150, "gpu_metrics": 60}
 KINETO_BYTES_PER_JSON_BYTE = 2.5  # peak RSS / uncompressed JSON size, with headroom (docs/SCALE.md)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
