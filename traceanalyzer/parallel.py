@@ -125,12 +125,16 @@ def _load_in_worker(path: str, rules: str | None, classify: bool,
 
 def _load_run_in_worker(paths: list[str], rules: str | None, classify: bool,
                         tables: frozenset[str] | None, window: Window | None = None) -> list[tuple[str, Any]]:
-    """Worker side of a run of files: :func:`_load_in_worker` of each, up to and including the first failure."""
+    """Worker side of a run of files: :func:`_load_in_worker` of each, up to and including the first failure; a
+    kernel name the run's files share is classified once (``classify.engine.classes_shared``)."""
+    from .classify.engine import classes_shared
+
     results = []
-    for path in paths:
-        results.append(_load_in_worker(path, rules, classify, tables, window))
-        if results[-1][0] != "ok":
-            break
+    with classes_shared():
+        for path in paths:
+            results.append(_load_in_worker(path, rules, classify, tables, window))
+            if results[-1][0] != "ok":
+                break
     return results
 
 

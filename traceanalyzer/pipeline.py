@@ -11,7 +11,9 @@ inside the functions, so that a summary imports them while a forked helper decod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import gc
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,13 +107,32 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
                           jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
     # with worker processes, each trace's map step runs here as it arrives, while the workers load the others
     analyzed: dict[int, tuple[Trace, TracePart]] = {}
+    with _long_lived() as settled:
 
-    def analyze_loaded(trace: Trace) -> None:
-        analyzed[id(trace)] = (trace, analyze_trace(classified_once(trace, rules), opts))
+        def analyze_loaded(trace: Trace) -> None:
+            analyzed[id(trace)] = (trace, analyze_trace(classified_once(trace, rules), opts))
+            settled()
 
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
-                              window=window, on_loaded=analyze_loaded)
-    return _summarize(traces, opts, analyzed)
+        traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
+                                  window=window, on_loaded=analyze_loaded)
+        settled()
+        return _summarize(traces, opts, analyzed)
+
+
+@contextmanager
+def _long_lived() -> Iterator[Callable[[], None]]:
+    """Keep the garbage collector off what a summary holds to its end: the function given moves every object
+    tracked so far (the traces loaded and their parts) out of the collector's generations (``gc.freeze``), so later
+    collections do not traverse them again and again — at 10,000 rank files they took a quarter of the driver's
+    time. Everything is handed back (``gc.unfreeze``) on the way out; when the caller froze objects itself, this
+    does nothing."""
+    if gc.get_freeze_count():
+        yield lambda: None
+        return
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()
 
 
 def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,

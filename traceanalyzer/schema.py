@@ -8,6 +8,7 @@ columns hold ids into the trace's string pool (``Trace.strings``), ``-1`` for no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -129,13 +130,16 @@ TABLES: dict[str, list[Column]] = {
 }
 
 
+_FILLS: dict[str, list[tuple[str, np.dtype[Any], float]]] = {
+    table: [(col.name, np.dtype(col.dtype), np.nan if col.dtype.startswith("float") else -1) for col in cols]
+    for table, cols in TABLES.items()}
+
+
 def empty_columns(table: str, n: int = 0) -> dict[str, np.ndarray]:
     """Columns of ``table`` filled with ``-1`` (or NaN for floats), length ``n``."""
-    cols: dict[str, np.ndarray] = {}
-    for col in TABLES[table]:
-        fill = np.nan if col.dtype.startswith("float") else -1
-        cols[col.name] = np.full(n, fill, dtype=col.dtype)
-    return cols
+    if n == 0:  # a loader builds many empty tables: no fill to write
+        return {name: np.empty(0, dtype=dtype) for name, dtype, _ in _FILLS[table]}
+    return {name: np.full(n, fill, dtype=dtype) for name, dtype, fill in _FILLS[table]}
 
 
 def schema_markdown() -> str:

@@ -70,8 +70,8 @@ class DeviceActivity:
     def comm_intervals(self) -> iv.Intervals:
         """Every communication interval (kernels then peer copies), not merged."""
         k, m = self.kernels, self.memops
-        return (np.r_[k["start_ns"][self.kernel_is_comm], m["start_ns"][self.memop_is_comm]],
-                np.r_[k["end_ns"][self.kernel_is_comm], m["end_ns"][self.memop_is_comm]])
+        return (np.concatenate((k["start_ns"][self.kernel_is_comm], m["start_ns"][self.memop_is_comm])),
+                np.concatenate((k["end_ns"][self.kernel_is_comm], m["end_ns"][self.memop_is_comm])))
 
 
 def _rows_of(table: Table, rank: int, device: int) -> Table:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .activity import DeviceActivity
+from .frames import array_of, frame
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast", "reduce",
          "custom_allreduce", "allreduce_fusion")
@@ -146,17 +147,18 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     cols = {key: v[order] for key, v in cols.items()}
     start, end = cols["start_ns"].astype(np.int64), cols["end_ns"].astype(np.int64)
     hidden = iv.measure_within(act.compute, start, end)
-    step_row = iv.window_of(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
-    step_ids = steps["step"].to_numpy()
+    step_row = iv.window_of(start, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
+    step_ids = array_of(steps, "step")
     names = act.trace.names(cols["name_id"])
     # ordinal: the instance's place among those of its kind, in start order
     kind_code = pd.factorize(cols["kind"])[0]
     by_kind = np.argsort(kind_code, kind="stable")
-    first = np.flatnonzero(np.r_[True, kind_code[by_kind][1:] != kind_code[by_kind][:-1]]) if len(by_kind) \
+    sorted_codes = kind_code[by_kind]
+    first = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1]))) if len(by_kind) \
         else by_kind
     ordinal = np.empty(len(by_kind), dtype=np.int64)
-    ordinal[by_kind] = np.arange(len(by_kind)) - np.repeat(first, np.diff(np.r_[first, len(by_kind)]))
-    return pd.DataFrame({
+    ordinal[by_kind] = np.arange(len(by_kind)) - np.repeat(first, np.diff(np.concatenate((first, [len(by_kind)]))))
+    return frame({
         "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
         "kind": cols["kind"], "subbucket": act.trace.names(cols["sub_id"]), "stream": cols["stream"],
         "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
@@ -165,7 +167,7 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
         "group_size": cols["group_size"].astype(np.int64), "exposed_ns": (end - start) - hidden,
         "hidden_ns": hidden, "compute_beside_ns": hidden, "correlation": cols["correlation"].astype(np.int64),
         "external_id": cols["external_id"].astype(np.int64), "source": cols["source"],
-    }, columns=COLUMNS)
+    }, COLUMNS)
 
 
 def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataFrame | None,
@@ -185,7 +187,7 @@ def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataF
     c = c.assign(**{k: v for k, v in missing.items() if k not in c.columns})
     if "duration_ns" not in c.columns:
         c = c.assign(duration_ns=c["end_ns"] - c["start_ns"])
-    transfer = c["duration_ns"].to_numpy(np.int64).copy()
+    transfer = array_of(c, "duration_ns", np.int64).copy()
     wait = np.zeros(len(c), dtype=np.int64)
     matched = np.zeros(len(c), dtype=bool)
     col = f"start_ns_r{rank}"
@@ -193,13 +195,13 @@ def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataF
         per = per_collective.drop_duplicates(col).set_index(col)
         hit = c["start_ns"].isin(per.index).to_numpy()
         rows = per.loc[c["start_ns"][hit]]
-        transfer[hit] = rows["transfer_ns"].to_numpy(np.int64)
-        wait[hit] = rows[f"wait_ns_r{rank}"].to_numpy(np.int64)
+        transfer[hit] = array_of(rows, "transfer_ns", np.int64)
+        wait[hit] = array_of(rows, f"wait_ns_r{rank}", np.int64)
         matched = hit
-    nbytes = c["bytes"].to_numpy(np.float64)
+    nbytes = array_of(c, "bytes", np.float64)
     ranks_matched = sum(1 for k in per_collective.columns if k.startswith("wait_ns_r")) \
         if per_collective is not None else 0
-    group = np.where(c["group_size"].to_numpy(np.int64) > 0, c["group_size"].to_numpy(np.int64),
+    group = np.where(array_of(c, "group_size", np.int64) > 0, array_of(c, "group_size", np.int64),
                      max(ranks_matched, 1))
     kinds = c["kind"].astype(str).to_numpy()
     factors = {(k, int(n)): bus_factor(k, int(n)) for k, n in set(zip(kinds, group.tolist(), strict=True))}

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace import Trace, TraceHeader
+from .frames import array_of
 from .results import CrossRankSummary, DeviceSummary
 
 NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank
@@ -63,15 +64,15 @@ def _clock_offsets(traces: Sequence[Trace | TraceHeader], parts: list[DeviceSumm
 def _cumcount(codes: np.ndarray) -> np.ndarray:
     """0-based place of each element among the equal codes before it."""
     order = np.argsort(codes, kind="stable")
-    first = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]]) if len(order) else order
+    first = np.flatnonzero(np.concatenate(([True], codes[order][1:] != codes[order][:-1]))) if len(order) else order
     out = np.empty(len(order), dtype=np.int64)
-    out[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    out[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.concatenate((first, [len(order)]))))
     return out
 
 
 def _ordinals(df: pd.DataFrame, by: list[str]) -> np.ndarray:
     """0-based order of each row within its group, rows taken in start-time order."""
-    return _ordinals_of(df["start_ns"].to_numpy(), [df[k].to_numpy() for k in by])
+    return _ordinals_of(array_of(df, "start_ns"), [array_of(df, k) for k in by])
 
 
 def _ordinals_of(start: np.ndarray, by: list[np.ndarray]) -> np.ndarray:
@@ -101,15 +102,15 @@ def _prepare(dev: DeviceSummary, offset: int | None) -> Columns:
     c = dev.collectives
     n = len(c)
     kind = c["kind"].astype(str).to_numpy() if "kind" in c else np.full(n, "unknown", dtype=object)
-    start = c["start_ns"].to_numpy(np.int64)
+    start = array_of(c, "start_ns", np.int64)
 
     def column(name: str) -> np.ndarray:
-        return c[name].to_numpy(np.int64) if name in c else np.full(n, -1, np.int64)
+        return array_of(c, name, np.int64) if name in c else np.full(n, -1, np.int64)
 
     step = column("step")
     return {
         "kind": kind, "start_ns": start,
-        "duration_ns": c["duration_ns"].to_numpy(np.int64) if "duration_ns" in c
+        "duration_ns": array_of(c, "duration_ns", np.int64) if "duration_ns" in c
         else (c["end_ns"] - c["start_ns"]).to_numpy(np.int64),
         "step": step, "seq": column("seq"), "bytes": column("bytes"), "group_size": column("group_size"),
         "clock_ns": start + offset if offset is not None else np.full(n, -1, np.int64),
@@ -218,22 +219,22 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
 
 
 def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) -> pd.DataFrame:
-    dur = np.column_stack([wide[f"duration_ns_r{r}"].to_numpy(np.int64) for r in ranks])
+    dur = np.column_stack([array_of(wide, f"duration_ns_r{r}", np.int64) for r in ranks])
     transfer = dur.min(axis=1)
     new: dict[str, object] = {"transfer_ns": transfer}
     new.update({f"wait_ns_r{r}": dur[:, i] - transfer for i, r in enumerate(ranks)})
     rank_arr = np.asarray(ranks)
     new["least_wait_rank"] = rank_arr[dur.argmin(axis=1)]
     if comparable:
-        clock = np.column_stack([wide[f"clock_ns_r{r}"].to_numpy(np.int64) for r in ranks])
+        clock = np.column_stack([array_of(wide, f"clock_ns_r{r}", np.int64) for r in ranks])
         new["last_arrival_rank"] = rank_arr[clock.argmax(axis=1)]
         new["arrival_skew_ns"] = clock.max(axis=1) - clock.min(axis=1)
     else:
         new["last_arrival_rank"] = -1
         new["arrival_skew_ns"] = -1
-    new["step"] = wide[f"step_r{ranks[0]}"].to_numpy(np.int64)
-    size = np.column_stack([wide[f"bytes_r{r}"].to_numpy(np.int64) for r in ranks]).max(axis=1)
-    group = np.column_stack([wide[f"group_size_r{r}"].to_numpy(np.int64) for r in ranks]).max(axis=1)
+    new["step"] = array_of(wide, f"step_r{ranks[0]}", np.int64)
+    size = np.column_stack([array_of(wide, f"bytes_r{r}", np.int64) for r in ranks]).max(axis=1)
+    group = np.column_stack([array_of(wide, f"group_size_r{r}", np.int64) for r in ranks]).max(axis=1)
     group = np.where(group > 0, group, len(ranks))
     new["bytes"] = size
     kind_codes, kinds = pd.factorize(wide["kind"])
@@ -258,9 +259,9 @@ def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> dict[str, object]:
     if not len(per):
         return {}
     ref = ranks[0]
-    clock0, wait0 = per[f"clock_ns_r{ref}"].to_numpy(np.int64), per[f"wait_ns_r{ref}"].to_numpy(np.int64)
-    offsets = {str(r): int(np.median((per[f"clock_ns_r{r}"].to_numpy(np.int64) - clock0)
-                                     - (wait0 - per[f"wait_ns_r{r}"].to_numpy(np.int64)))) for r in ranks[1:]}
+    clock0, wait0 = array_of(per, f"clock_ns_r{ref}", np.int64), array_of(per, f"wait_ns_r{ref}", np.int64)
+    offsets = {str(r): int(np.median((array_of(per, f"clock_ns_r{r}", np.int64) - clock0)
+                                     - (wait0 - array_of(per, f"wait_ns_r{r}", np.int64)))) for r in ranks[1:]}
     agree = float((per["last_arrival_rank"] == per["least_wait_rank"]).mean() * 100)
     return {"arrival_agrees_with_least_wait_pct": round(agree, 1), "clock_offset_ns_by_rank": offsets}
 
@@ -308,7 +309,7 @@ def analyze_cross_rank(traces: Sequence[Trace | TraceHeader], devices: list[Devi
     transfer_step, wait_step, steps = _per_step(per, ranks)
     wait_basis = wait_step or wait_total  # per-step medians resist one bad (warm-up) step
     by_wait = min(wait_basis, key=lambda r: wait_basis[r]) if len(per) else None
-    by_arrival = _mode(per["last_arrival_rank"].to_numpy()) if clocks is not None else None
+    by_arrival = _mode(array_of(per, "last_arrival_rank")) if clocks is not None else None
     straggler = by_arrival if by_arrival is not None else by_wait
     sized = per["busbw_gbps"].notna()
     extra = {

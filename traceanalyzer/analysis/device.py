@@ -29,6 +29,7 @@ from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
 from .collectives import collective_instances
+from .frames import array_of, empty_frame, frame
 from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
@@ -54,8 +55,8 @@ def _bucket_sets(act: DeviceActivity) -> dict[str, iv.Intervals]:
     for bucket in dict.fromkeys([*k_code, *m_code]):
         in_k = k_codes == k_code.get(bucket, -1)
         in_m = m_codes == m_code.get(bucket, -1)
-        sets[bucket] = iv.union(np.r_[k["start_ns"][in_k], m["start_ns"][in_m]],
-                                np.r_[k["end_ns"][in_k], m["end_ns"][in_m]])
+        sets[bucket] = iv.union(np.concatenate((k["start_ns"][in_k], m["start_ns"][in_m])),
+                                np.concatenate((k["end_ns"][in_k], m["end_ns"][in_m])))
     return sets
 
 
@@ -106,7 +107,7 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
     k = Table("kernels", {c: act.kernels[c] for c in used})
     k = k if rows is None else k.take(np.flatnonzero(rows))
     if len(k) == 0:
-        return pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
+        return empty_frame(TOP_KERNEL_COLUMNS)
     name_id = np.asarray(k["name_id"])
     dur = np.asarray(k["end_ns"] - k["start_ns"], dtype=np.int64)
     ids, first_row, by_dur, first = sorted_runs(name_id, dur)
@@ -124,20 +125,19 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
     def column(name: str) -> np.ndarray:
         return trace.names(k[name][at]) if name in k else np.full(len(at), None, dtype=object)
 
-    return pd.DataFrame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
-                         "name": names[sel], "display_name": display_names(names[sel].tolist()),
-                         "rule": column("rule_id"), "count": count[sel], "total_ns": total[sel],
-                         "mean_ns": total[sel] / count[sel], "p50_ns": p50[sel], "p99_ns": p99[sel]},
-                        columns=TOP_KERNEL_COLUMNS)
+    return frame({"bucket": column("bucket_id"), "subbucket": column("subbucket_id"),
+                  "name": names[sel], "display_name": display_names(names[sel].tolist()),
+                  "rule": column("rule_id"), "count": count[sel], "total_ns": total[sel],
+                  "mean_ns": total[sel] / count[sel], "p50_ns": p50[sel], "p99_ns": p99[sel]}, TOP_KERNEL_COLUMNS)
 
 
 def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals],
                    hidden: iv.Intervals, exposed: iv.Intervals) -> pd.DataFrame:
     """Per step window: busy/idle, comm hidden/exposed and bucket unions inside the window."""
-    ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    ws, we = array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)
     busy = iv.measure_within(act.busy, ws, we)
-    return pd.DataFrame({
-        "step": steps["step"].to_numpy(np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
+    return frame({
+        "step": array_of(steps, "step", np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
         "busy_ns": busy, "idle_ns": (we - ws) - busy, "comm_ns": iv.measure_within(act.comm, ws, we),
         "comm_hidden_ns": iv.measure_within(hidden, ws, we), "comm_exposed_ns": iv.measure_within(exposed, ws, we),
         **{f"{bucket}_ns": iv.measure_within(u, ws, we) for bucket, u in sorted(sets.items())},
@@ -147,13 +147,13 @@ def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
     """The exposed-communication segments, labelled with the step and layer windows holding their start."""
     s, e = exposed
-    step_row = iv.window_of(s, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
-    step_ids = steps["step"].to_numpy()
-    return pd.DataFrame({
+    step_row = iv.window_of(s, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
+    step_ids = array_of(steps, "step")
+    return frame({
         "start_ns": s, "end_ns": e, "duration_ns": e - s,
         "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
         "layer": layers.layer_at(s),
-    }, columns=GAP_COLUMNS)
+    }, GAP_COLUMNS)
 
 
 def _streams(act: DeviceActivity) -> tuple[list[int], list[int], bool, float | None]:
@@ -178,7 +178,7 @@ def in_steps(act: DeviceActivity, windows: iv.Intervals, exclusive: dict[str, in
     (None) the table is empty. ``whole_top``: :func:`top_kernels` of all the device's kernels (the steps' own
     table when every kernel starts inside a step)."""
     if whole_top is None and not numbers:
-        return {}, pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
+        return {}, empty_frame(TOP_KERNEL_COLUMNS)
     inside = iv.window_of(act.kernels["start_ns"], windows[0], windows[1]) >= 0
     if whole_top is not None:
         top = whole_top.copy() if inside.all() else top_kernels(act, inside)
@@ -186,7 +186,7 @@ def in_steps(act: DeviceActivity, windows: iv.Intervals, exclusive: dict[str, in
         top["window_total_ns"] = np.array([whole.get(n, 0) for n in top["name"].tolist()], dtype=np.int64) \
             if len(top) else []
     else:
-        top = pd.DataFrame(columns=TOP_KERNEL_COLUMNS)
+        top = empty_frame(TOP_KERNEL_COLUMNS)
     if not numbers:
         return {}, top
     window_ns = iv.lengths_sum(windows)
@@ -275,9 +275,9 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
         per_step=per_step, per_layer=layers.table,
         collectives=collectives,
-        top_kernels=pd.DataFrame(columns=TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
+        top_kernels=empty_frame(TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
         top_kernels_in_steps=step_top, in_steps=step_numbers,
-        comm_idle_gaps_ns=pd.DataFrame(columns=GAP_COLUMNS) if "comm_idle_gaps" in skip else
+        comm_idle_gaps_ns=empty_frame(GAP_COLUMNS) if "comm_idle_gaps" in skip else
         comm_idle_gaps(exposed, steps, layers),
         extra={"exclusive_precedence": claim_order,
                "comm_on_compute_stream_pct": on_shared_pct,

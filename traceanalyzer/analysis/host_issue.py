@@ -118,7 +118,7 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     t0 = int(min(s.min(), launch.min()))
     span = int(max(e.max(), launch.max()) - t0) + 1
     rs, re_ = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
-    outermost = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]]
+    outermost = np.concatenate(([True], rs[1:] >= np.maximum.accumulate(re_)[:-1]))
     # the issue reading of each call: the shortest issuing range inside it (ranges nested in an outermost one
     # follow it in this order, up to the next outermost one)
     issue = np.zeros(len(s), dtype=np.int64)
@@ -183,7 +183,7 @@ def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFra
     ls, le = _lift(s, lane[: len(s)], t0, span), _lift(e, lane[: len(s)], t0, span)
     order = np.lexsort((-(le - ls), ls))
     ls, le, name = ls[order], le[order], name[order]
-    top = np.r_[True, ls[1:] >= np.maximum.accumulate(le)[:-1]]  # not nested in another cpu_op
+    top = np.concatenate(([True], ls[1:] >= np.maximum.accumulate(le)[:-1]))  # not nested in another cpu_op
     cs, ce = _lift(c_s, lane[len(s):], t0, span), _lift(c_e, lane[len(s):], t0, span)
     by_start, by_end = np.argsort(cs, kind="stable"), np.argsort(ce, kind="stable")
     last_start = np.searchsorted(cs[by_start], ls, side="right") - 1
@@ -234,7 +234,7 @@ def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.
         ok = (found < 0) & (idx >= 0) & (end[np.maximum(idx, 0)] > probe)
         found = np.where(ok, idx, found)
         idx = np.where(found < 0, idx - 1, idx)
-    outermost = np.flatnonzero(np.r_[True, key[1:] >= np.maximum.accumulate(end)[:-1]])
+    outermost = np.flatnonzero(np.concatenate(([True], key[1:] >= np.maximum.accumulate(end)[:-1])))
     pos = np.searchsorted(key[outermost], probe, side="right") - 1
     cand = outermost[np.maximum(pos, 0)]
     outer = np.where((pos >= 0) & (end[cand] > probe), cand, -1)
@@ -286,7 +286,7 @@ def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.
     pos = np.searchsorted(b_start, start, side="right") - 1
     prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], start) if len(b_end) else start
     order = np.argsort(launch_end, kind="stable")
-    return launch_end[order], np.r_[0, np.cumsum((start - prev_end)[order])].astype(np.int64)
+    return launch_end[order], np.concatenate(([0], np.cumsum((start - prev_end)[order]))).astype(np.int64)
 
 
 def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:

@@ -148,7 +148,7 @@ def _runs(x: np.ndarray, inside: np.ndarray) -> Intervals:
     """The maximal runs of ``inside`` over the elementary segments ``[x_i, x_{i+1})``."""
     if len(x) == 0:
         return empty()
-    prev = np.r_[False, inside[:-1]]
+    prev = np.concatenate(([False], inside[:-1]))
     return x[inside & ~prev], x[~inside & prev]
 
 
@@ -169,7 +169,7 @@ def _states(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndar
     count_a = np.cumsum(delta_a[order])
     count_b = np.cumsum(delta_b[order])
     # the state on [x_i, x_{i+1}) is the count after the last event at x_i
-    last = np.r_[points[1:] != points[:-1], True]
+    last = np.concatenate((points[1:] != points[:-1], [True]))
     x = points[last]
     return x, count_a[last] > 0, count_b[last] > 0
 
@@ -242,7 +242,7 @@ def cumulative(u: Intervals, t: np.ndarray) -> np.ndarray:
     t = np.asarray(t, dtype=_I64)
     if len(u_s) == 0:
         return np.zeros(t.shape, dtype=_I64)
-    cum = np.r_[0, np.cumsum(u_e - u_s)].astype(_I64)
+    cum = np.concatenate(([0], np.cumsum(u_e - u_s))).astype(_I64)
     k = np.searchsorted(u_s, t, side="left")  # intervals starting before t
     over = np.where(k > 0, np.maximum(u_e[np.maximum(k - 1, 0)] - t, 0), 0)
     return cum[k] - over
@@ -351,8 +351,8 @@ def range_min_max(values_min: np.ndarray, values_max: np.ndarray, lo_idx: np.nda
     pairs = np.empty(2 * len(lo), dtype=np.int64)
     pairs[0::2] = lo_c
     pairs[1::2] = np.minimum(np.maximum(hi, lo_c), n)
-    vmin = np.r_[np.asarray(values_min, dtype=_I64), 0]
-    vmax = np.r_[np.asarray(values_max, dtype=_I64), 0]
+    vmin = np.concatenate((np.asarray(values_min, dtype=_I64), [0]))
+    vmax = np.concatenate((np.asarray(values_max, dtype=_I64), [0]))
     mins = np.minimum.reduceat(vmin, pairs)[0::2]
     maxs = np.maximum.reduceat(vmax, pairs)[0::2]
     return mins, maxs, non_empty

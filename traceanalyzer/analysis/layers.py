@@ -39,6 +39,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .activity import MEMORY, DeviceActivity
+from .frames import array_of, empty_frame
 
 # the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
 from .layer_pattern import DEFAULT_LAYER_PATTERN as DEFAULT_LAYER_PATTERN
@@ -67,17 +68,17 @@ class Layers:
         times = np.asarray(times, dtype=np.int64)
         if len(self.table) == 0:
             return np.full(len(times), -1, dtype=np.int64)
-        row = iv.window_of(times, self.table["start_ns"].to_numpy(np.int64), self.table["end_ns"].to_numpy(np.int64))
-        return np.where(row >= 0, self.table["layer"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+        row = iv.window_of(times, array_of(self.table, "start_ns", np.int64), array_of(self.table, "end_ns", np.int64))
+        return np.where(row >= 0, array_of(self.table, "layer", np.int64)[np.maximum(row, 0)], -1)
 
     def kernel_layer(self) -> np.ndarray:
         """Layer index (the ``layer`` column) of each kernel, -1 when it belongs to none."""
-        layers = self.table["layer"].to_numpy() if len(self.table) else np.empty(0, dtype=np.int64)
+        layers = array_of(self.table, "layer") if len(self.table) else np.empty(0, dtype=np.int64)
         return np.where(self.kernel_row >= 0, layers[np.maximum(self.kernel_row, 0)] if len(layers) else -1, -1)
 
 
 def _empty(act: DeviceActivity) -> Layers:
-    table = pd.DataFrame({c: np.empty(0, dtype=object) for c in LAYER_COLUMNS})  # as DataFrame(columns=...)
+    table = empty_frame(LAYER_COLUMNS)
     return Layers(table, np.full(len(act.kernels), -1, dtype=np.int64), "none")
 
 
@@ -98,11 +99,11 @@ def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.nd
         ranges = ranges[ranges["device"] < 0].reset_index(drop=True)
     k = act.kernels
     cpu = (ranges["device"] < 0).to_numpy()
-    rs, re_ = ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy()
+    rs, re_ = array_of(ranges, "start_ns"), array_of(ranges, "end_ns")
     gs, ge, ok = rs.copy(), re_.copy(), ~cpu
     if cpu.any():
-        gs[cpu], ge[cpu], ok[cpu] = project_to_gpu(act, rs[cpu], re_[cpu], ranges["pid"].to_numpy()[cpu],
-                                                   ranges["tid"].to_numpy()[cpu])
+        gs[cpu], ge[cpu], ok[cpu] = project_to_gpu(act, rs[cpu], re_[cpu], array_of(ranges, "pid")[cpu],
+                                                   array_of(ranges, "tid")[cpu])
     # kernel → range: by launch time among CPU ranges, by GPU start among GPU-side ranges
     row = np.full(len(k), -1, dtype=np.int64)
     cpu_rows = np.flatnonzero(cpu)
@@ -118,7 +119,7 @@ def _from_ranges(act: DeviceActivity, pattern: str) -> tuple[pd.DataFrame, np.nd
         return None
     new_index = np.cumsum(keep) - 1
     row = np.where(row >= 0, np.where(keep[np.maximum(row, 0)], new_index[np.maximum(row, 0)], -1), -1)
-    names = ranges["name"].to_numpy()[keep]
+    names = array_of(ranges, "name")[keep]
     table = pd.DataFrame({"layer": _layer_index(names), "name": names, "start_ns": gs[keep], "end_ns": ge[keep]})
     return table, row
 
@@ -175,16 +176,16 @@ def _order_axis(act: DeviceActivity) -> np.ndarray:
 def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     k = act.kernels
     axis = _order_axis(act)
-    ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    ws, we = array_of(steps, "start_ns"), array_of(steps, "end_ns")
     kernel_step = iv.window_of(k["start_ns"], ws, we)
     comm_rows = np.flatnonzero(act.kernel_is_comm & (kernel_step >= 0) & (axis >= 0))
     comm_rows = comm_rows[np.argsort(axis[comm_rows], kind="stable")]
     comm_step = kernel_step[comm_rows]
     if len(comm_rows) < 2:
         return None
-    first_of_step = np.r_[True, comm_step[1:] != comm_step[:-1]]
+    first_of_step = np.concatenate(([True], comm_step[1:] != comm_step[:-1]))
     group_start = np.flatnonzero(first_of_step)
-    local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.r_[group_start, len(comm_rows)]))
+    local = np.arange(len(comm_rows)) - np.repeat(group_start, np.diff(np.concatenate((group_start, [len(comm_rows)]))))
     sig, computing = _signatures(act, axis, comm_rows, comm_step)
     if (local >= 1).any() and np.mean(computing[local >= 1] > 0) < MIN_SIGNATURE_MATCH:
         return None  # collectives back to back (DDP gradient buckets), not layers of compute and collectives
@@ -195,7 +196,7 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     if np.median(per_step[per_step > 0]) < 2:
         return None  # one layer's worth of collectives per step: no repeating layer
     layer = local // p
-    last_of_layer = np.r_[(layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), True]
+    last_of_layer = np.concatenate(((layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), [True]))
     idx_last = np.flatnonzero(last_of_layer)
     lay_step, lay_num = comm_step[idx_last], layer[idx_last]
     # windows on the order axis: after the previous layer's last collective up to and including this layer's
@@ -203,7 +204,7 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     in_step = (kernel_step >= 0) & (axis >= 0)
     np.minimum.at(step_first, kernel_step[in_step], axis[in_step])
     a_end = axis[comm_rows[idx_last]] + 1
-    a_start = np.where(lay_num == 0, step_first[lay_step], np.r_[np.iinfo(np.int64).min, a_end[:-1]])
+    a_start = np.where(lay_num == 0, step_first[lay_step], np.concatenate(([np.iinfo(np.int64).min], a_end[:-1])))
     row = iv.window_of(np.where(axis >= 0, axis, np.iinfo(np.int64).min), a_start, a_end)
     row = np.where(kernel_step >= 0, row, -1)
     g_start = np.full(len(idx_last), np.iinfo(np.int64).max, dtype=np.int64)
@@ -219,11 +220,11 @@ def _per_layer_numbers(act: DeviceActivity, table: pd.DataFrame, row: np.ndarray
                        steps: pd.DataFrame, numbers: bool = True) -> pd.DataFrame:
     """The per-layer table (``LAYER_COLUMNS``); without ``numbers``, without the time columns ``comm_ns``,
     ``comm_exposed_ns`` and ``compute_ns``."""
-    start, end = table["start_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64)
-    step_row = iv.window_of(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
-    step_ids = steps["step"].to_numpy()
+    start, end = array_of(table, "start_ns", np.int64), array_of(table, "end_ns", np.int64)
+    step_row = iv.window_of(start, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
+    step_ids = array_of(steps, "step")
     out = {"step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
-           "layer": table["layer"].to_numpy(np.int64), "name": table["name"].to_numpy(), "start_ns": start,
+           "layer": array_of(table, "layer", np.int64), "name": array_of(table, "name"), "start_ns": start,
            "end_ns": end, "duration_ns": end - start}
     if not numbers:
         return pd.DataFrame(out)
@@ -246,7 +247,7 @@ def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.Da
     of its own longest repeating stretch of that period."""
     k = act.kernels
     axis = _order_axis(act)
-    ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    ws, we = array_of(steps, "start_ns"), array_of(steps, "end_ns")
     kernel_step = iv.window_of(k["start_ns"], ws, we)
     usable = (kernel_step >= 0) & (axis >= 0)
     rows = np.flatnonzero(usable)
@@ -304,7 +305,7 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
     if found is None:
         return _empty(act)
     table, row = found
-    order = np.argsort(table["start_ns"].to_numpy(), kind="stable")
+    order = np.argsort(array_of(table, "start_ns"), kind="stable")
     rank_of = np.empty(len(order), dtype=np.int64)
     rank_of[order] = np.arange(len(order))
     table = table.iloc[order].reset_index(drop=True)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import Trace, TraceHeader
+from .frames import array_of
 from .results import DeviceSummary
 
 EPOCH_NS_MIN = 10**18  # times above this (2001-09-09) on a trace without a base are UTC epoch ns
@@ -86,7 +87,7 @@ def _mix(devices: list[DeviceSummary]) -> tuple[dict[tuple[str, int], int], floa
         if not len(c):
             continue
         kinds = c["kind"].astype(str).to_numpy() if "kind" in c else np.full(len(c), "unknown")
-        sizes = c["bytes"].to_numpy(np.int64) if "bytes" in c else np.full(len(c), -1)
+        sizes = array_of(c, "bytes", np.int64) if "bytes" in c else np.full(len(c), -1)
         for key, n in zip(*np.unique(np.char.add(np.char.add(kinds.astype(str), "|"), sizes.astype(str)),
                                      return_counts=True), strict=True):
             kind, size = str(key).rsplit("|", 1)

@@ -37,6 +37,7 @@ from ..trace import Trace
 from . import intervals as iv
 from . import step_detect
 from .activity import DeviceActivity
+from .frames import array_of, frame
 from .grouped import distinct
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
@@ -115,12 +116,12 @@ def ranges_named(act: DeviceActivity, *, name: str | None = None, pattern: re.Pa
 def _disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(start, kind="stable")
     start, end = start[order], end[order]
-    end = np.minimum(end, np.r_[start[1:], np.iinfo(np.int64).max])
+    end = np.minimum(end, np.concatenate((start[1:], [np.iinfo(np.int64).max])))
     return start, end
 
 
 def _frame(numbers: np.ndarray, start: np.ndarray, end: np.ndarray, source: str) -> pd.DataFrame:
-    return pd.DataFrame({"step": numbers.astype(np.int64), "start_ns": start.astype(np.int64),
+    return frame({"step": numbers.astype(np.int64), "start_ns": start.astype(np.int64),
                          "end_ns": end.astype(np.int64), "source": source})
 
 
@@ -129,8 +130,8 @@ def _projected(act: DeviceActivity, ranges: pd.DataFrame, source: str, numbers: 
     cpu = ranges[ranges["device"] < 0]
     if len(cpu) == 0:
         return None
-    gs, ge, ok = project_to_gpu(act, cpu["start_ns"].to_numpy(), cpu["end_ns"].to_numpy(),
-                                cpu["pid"].to_numpy(), cpu["tid"].to_numpy())
+    gs, ge, ok = project_to_gpu(act, array_of(cpu, "start_ns"), array_of(cpu, "end_ns"),
+                                array_of(cpu, "pid"), array_of(cpu, "tid"))
     if not ok.any():
         return None
     nums = np.arange(len(cpu)) if numbers is None else numbers
@@ -149,15 +150,15 @@ def _profiler_steps(act: DeviceActivity) -> pd.DataFrame | None:
     if len(gpu) == 0:
         return projected
     nums = numbers if len(numbers) == len(gpu) else np.arange(len(gpu))
-    start, end = gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    start, end = array_of(gpu, "start_ns"), array_of(gpu, "end_ns")
     if projected is not None and len(projected) == len(gpu):
         # Kineto's GPU annotation can cover only part of the step's GPU work (seen with torch 2.11: 93 µs of a
         # 31 ms step); the step is the hull of both, which equals the annotation when it is whole
         order = np.argsort(start, kind="stable")
         start, end = start[order], end[order]
-        nums = projected["step"].to_numpy()
-        start = np.minimum(start, projected["start_ns"].to_numpy())
-        end = np.maximum(end, projected["end_ns"].to_numpy())
+        nums = array_of(projected, "step")
+        start = np.minimum(start, array_of(projected, "start_ns"))
+        end = np.maximum(end, array_of(projected, "end_ns"))
     start, end = _disjoint(start, end)
     return _frame(nums, start, end, "profiler_step")
 
@@ -223,10 +224,10 @@ def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.Data
         return None
     digits = ranges["name"].astype(str).str.extract(r"(\d+)(?!.*\d)", expand=False)
     ranges = ranges[digits.notna()].assign(number=digits[digits.notna()].astype(np.int64))
-    gs, ge, ok = project_to_gpu(act, ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy(),
-                                ranges["pid"].to_numpy(), ranges["tid"].to_numpy())
-    number = ranges["number"].to_numpy()
-    cycle = np.cumsum(np.r_[True, number[1:] <= number[:-1]]) - 1
+    gs, ge, ok = project_to_gpu(act, array_of(ranges, "start_ns"), array_of(ranges, "end_ns"),
+                                array_of(ranges, "pid"), array_of(ranges, "tid"))
+    number = array_of(ranges, "number")
+    cycle = np.cumsum(np.concatenate(([True], number[1:] <= number[:-1]))) - 1
     if np.median(np.bincount(cycle)) < 2:
         return None  # numbers that do not count up through a pass are not layers of a forward pass
     gs, ge, cycle = gs[ok], ge[ok], cycle[ok]
@@ -240,7 +241,7 @@ def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.Data
     np.maximum.at(last, pos, ge)
     order = np.argsort(first, kind="stable")
     ids, first, last = ids[order], first[order], last[order]
-    end = np.r_[first[1:], last[-1]]
+    end = np.concatenate((first[1:], [last[-1]]))
     counts = np.diff(np.searchsorted(act.kernels["start_ns"], np.c_[first, end].ravel())).reshape(-1)[::2]
     typical = float(np.median(counts))
     regular = np.abs(counts - typical) <= max(1.0, 0.1 * typical)
@@ -282,12 +283,12 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
         confidence, evidence = "low", {"method": "none", "reason": "no step annotation and no regular repeating "
                                        "unit holding half of the kernel time"}
     # inside the device span: Kineto's µs-float GPU annotations can reach 1 ns beyond the first/last kernel
-    given_start, given_end = found["start_ns"].to_numpy(np.int64), found["end_ns"].to_numpy(np.int64)
+    given_start, given_end = array_of(found, "start_ns", np.int64), array_of(found, "end_ns", np.int64)
     start, end = np.maximum(given_start, lo), np.minimum(given_end, hi)
     keep = end > start
     source = str(found["source"].iloc[0])  # one source per frame
     if not (keep.all() and np.array_equal(start, given_start) and np.array_equal(end, given_end)):
-        found = _frame(found["step"].to_numpy(np.int64)[keep], start[keep], end[keep], source)
+        found = _frame(array_of(found, "step", np.int64)[keep], start[keep], end[keep], source)
     return StepStructure(found, source if len(found) else "none", confidence, evidence)
 
 

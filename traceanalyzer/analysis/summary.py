@@ -66,8 +66,8 @@ def device_pairs(trace: Trace) -> list[tuple[int, int]]:
 def trace_meta(trace: Trace) -> TraceMeta:
     """Header facts of a trace (formats, versions, ranks, devices, activity window); no environment data."""
     k, m = trace.kernels, trace.memops
-    starts = np.r_[k["start_ns"], m["start_ns"]]
-    ends = np.r_[k["end_ns"], m["end_ns"]]
+    starts = np.concatenate((k["start_ns"], m["start_ns"]))
+    ends = np.concatenate((k["end_ns"], m["end_ns"]))
     window = (int(starts.min()), int(ends.max())) if len(starts) else None
     devices = [{"device": d.device, "name": d.name, "rank": d.rank, "sm_count": d.sm_count,
                 "compute_capability": d.compute_capability} for d in trace.devices]

@@ -45,6 +45,7 @@ import pandas as pd
 from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
+from .frames import array_of, frame
 from .grouped import dense_codes, run_quantile, sorted_runs
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
 from .results import CrossRankSummary, DeviceSummary, WhatIf
@@ -70,15 +71,16 @@ def _basis(host: int, total: int) -> str:
     return "host_launch" if share >= HOST_SHARE else "gpu_transfer" if share <= 1 - HOST_SHARE else "mixed"
 
 
-def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series:
-    """Per step: how much longer compute kernels ran while communication ran beside them (ns).
+def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None:
+    """Per step: how much longer compute kernels ran while communication ran beside them (ns); None where no
+    compute kernel ran, no communication, or no step.
 
     Baseline: the median duration of the same kernel (name, grid, block) when nothing communicated beside it;
     only kernels with such a baseline count, and only the excess (never a speed-up)."""
     k = act.kernels
     compute = ~act.kernel_is_comm
     if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
-        return pd.Series(dtype=np.int64)
+        return None
     s, dur = k["start_ns"][compute], k["end_ns"][compute]
     beside = iv.overlaps(act.comm, s, dur)
     dur -= s
@@ -151,10 +153,10 @@ def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Column
     if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
         return None
     per = cross_rank.per_collective
-    start = per[f"start_ns_r{rank}"].to_numpy(np.int64)
+    start = array_of(per, f"start_ns_r{rank}", np.int64)
     first = np.sort(np.unique(start, return_index=True)[1])  # the first row of each start, in table order
-    return {"start_ns": start[first], "transfer_ns": per["transfer_ns"].to_numpy(np.int64)[first],
-            "wait_ns": per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first]}
+    return {"start_ns": start[first], "transfer_ns": array_of(per, "transfer_ns", np.int64)[first],
+            "wait_ns": array_of(per, f"wait_ns_r{rank}", np.int64)[first]}
 
 
 def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -163,7 +165,7 @@ def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
     n_left, n_right = len(left[0]), len(right[0])
     if n_left == 0 or n_right == 0:
         return np.full(n_left, -1, dtype=np.int64)
-    keys = [np.r_[np.asarray(r, dtype=np.int64), np.asarray(lf, dtype=np.int64)]
+    keys = [np.concatenate((np.asarray(r, dtype=np.int64), np.asarray(lf, dtype=np.int64)))
             for lf, r in zip(left, right, strict=True)]
     order, first = _runs_of(*keys[::-1])  # stable: the right rows come first within a run of equal keys
     run = np.zeros(len(order), dtype=np.int64)
@@ -181,8 +183,8 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     comm = np.flatnonzero(act.kernel_is_comm)
     k = act.kernels
     coll = dev.collectives
-    start = coll["start_ns"].to_numpy(np.int64)
-    ev = _first_match((start, coll["correlation"].to_numpy(np.int64)),
+    start = array_of(coll, "start_ns", np.int64)
+    ev = _first_match((start, array_of(coll, "correlation", np.int64)),
                       (k["start_ns"][comm], k["correlation"][comm]))
     has_ev = ev >= 0
     row = comm[np.maximum(ev, 0)] if len(comm) else np.zeros(len(ev), dtype=np.int64)
@@ -206,10 +208,10 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     if not hit.all():
         own = _own_transfer(coll)
         transfer = np.where(hit, transfer, own)
-        wait = np.where(hit, wait, coll["duration_ns"].to_numpy(np.int64) - own)
+        wait = np.where(hit, wait, array_of(coll, "duration_ns", np.int64) - own)
     return {
         "start_ns": start,
-        "step": coll["step"].to_numpy(np.int64), "exposed_ns": coll["exposed_ns"].to_numpy(np.int64),
+        "step": array_of(coll, "step", np.int64), "exposed_ns": array_of(coll, "exposed_ns", np.int64),
         "launch_bound": of_kernel(host.launch_bound, False).astype(bool),
         "latency_ns": of_kernel(_dependency_latency(act, host), 0).astype(np.int64),
         "issue_start_ns": of_comm(host.issue_start_ns, -1).astype(np.int64),
@@ -229,13 +231,13 @@ def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
     only — the issue reading is the shortest issuing range inside the call, the whole call its outermost range."""
     n = len(calls)
     ids = first_id + np.arange(n, dtype=np.int64)
-    end = calls["end_ns"].to_numpy(np.int64)
+    end = array_of(calls, "end_ns", np.int64)
     zero = np.zeros(n, dtype=np.int64)
     return {
-        "start_ns": calls["start_ns"].to_numpy(np.int64), "step": calls["step"].to_numpy(np.int64),
+        "start_ns": array_of(calls, "start_ns", np.int64), "step": array_of(calls, "step", np.int64),
         "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero,
-        "issue_start_ns": end - calls["issue_ns"].to_numpy(np.int64), "issue_end_ns": end, "op": ids,
-        "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": calls["start_ns"].to_numpy(np.int64),
+        "issue_start_ns": end - array_of(calls, "issue_ns", np.int64), "issue_end_ns": end, "op": ids,
+        "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": array_of(calls, "start_ns", np.int64),
         "call_end_ns": end, "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero,
         "wait_ns": zero}
 
@@ -243,10 +245,10 @@ def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
 def _own_transfer(coll: pd.DataFrame) -> np.ndarray:
     """Transfer time of each instance from this rank alone: the 10th percentile of the durations of the same
     collective (kind, size, kernel) — its fastest instances are those where this rank arrived last."""
-    dur = coll["duration_ns"].to_numpy(np.int64)
+    dur = array_of(coll, "duration_ns", np.int64)
     if len(coll) == 0:
         return np.zeros(0, dtype=np.int64)
-    codes = [pd.factorize(coll[k].to_numpy())[0] for k in ("kind", "bytes", "name") if k in coll]
+    codes = [pd.factorize(array_of(coll, k))[0] for k in ("kind", "bytes", "name") if k in coll]
     order, first = _runs_of(*codes) if codes else (np.arange(len(dur)), np.zeros(1, dtype=np.int64))
     fast = np.empty(len(dur), dtype=np.float64)
     for lo, hi in zip(first.tolist(), [*first[1:].tolist(), len(order)], strict=True):
@@ -337,7 +339,7 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
         "launch_bound": seg_sum["launch_bound"], "collectives": seg_sum["collectives"],
     }
     # segments are in step order: each step's segments are one run
-    step_first = np.flatnonzero(np.r_[True, seg_step[1:] != seg_step[:-1]]) if len(seg_step) else first[:0]
+    step_first = np.flatnonzero(np.concatenate(([True], seg_step[1:] != seg_step[:-1]))) if len(seg_step) else first[:0]
     return seg_step[step_first], {k: (np.add.reduceat(v, step_first) if len(step_first) else v).astype(np.int64)
                                   for k, v in per_seg.items()}
 
@@ -363,7 +365,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     # host work slowed right after each call, counted with the call's own host time (the first call of a start)
     rows["slowed_ns"] = np.zeros(len(rows["call_op"]), dtype=np.int64)
     if calls is not None and len(calls):
-        row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (calls["start_ns"].to_numpy(),)),
+        row = np.where(rows["call_op"] >= 0, _first_match((rows["call_start_ns"],), (array_of(calls, "start_ns"),)),
                        -1)
         slowed_after = host_slowed_after_calls(trace, act, calls)
         rows["slowed_ns"] = np.where(row >= 0, slowed_after[np.maximum(row, 0)], 0)
@@ -372,17 +374,19 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     issue_only = _segment_savings(rows, host)[1]
     # compute slowed beside communication, the share of it that was transfer (a waiting rank's spinning kernel
     # would not slow it once communication is free, and that rank is not the one setting the step)
-    step_index = pd.Index(idx, dtype=np.int64, name="step")
+    step_index = pd.Index(idx if idx.dtype == np.int64 else idx.astype(np.int64), name="step")
     by_step = _contention(act, dev.per_step)
-    slowed = by_step.reindex(step_index).fillna(0).to_numpy() if len(by_step) else np.zeros(len(idx))
+    slowed = by_step.reindex(step_index).fillna(0).to_numpy() if by_step is not None and len(by_step) \
+        else np.zeros(len(idx))
     busy = saving["transfer_ns"] + saving["wait_ns"]
     share = np.where(busy > 0, saving["transfer_ns"] / np.maximum(busy, 1), 1.0)
     contention = (slowed * np.minimum(share, 1.0)).astype(np.int64)
     columns = {**saving, "gpu_reading_ns": saving["gpu_reading_ns"] + contention, "contention_ns": contention,
                "as_profiled_ns": saving["saving_ns"] + contention}
     if with_range:
+        # the whole calls without the CPU work slowed after them: the same rows as ``saving``'s where none was
         calls_only = _segment_savings({**rows, "slowed_ns": np.zeros(len(rows["call_op"]), dtype=np.int64)}, host,
-                                      whole_call=True)[1]
+                                      whole_call=True)[1] if rows["slowed_ns"].any() else saving
         columns["calls_only_ns"] = (calls_only["saving_ns"] + contention).astype(np.int64)
     columns["nccl_issue_ns"] = issue_only["host_issue_ns"].astype(np.int64)
     columns["issue_only_own_ns"] = (issue_only["saving_ns"] + contention).astype(np.int64)
@@ -393,7 +397,7 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     if with_range:
         columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
                                     columns["host_part_ns"], columns["as_profiled_ns"]))
-    steps = pd.DataFrame(columns, index=step_index)
+    steps = frame(columns, index=step_index)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
     evidence: dict[str, Any] = {
@@ -406,10 +410,10 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     }
     per_step = dev.per_step
     if len(per_step) and {"duration_ns", "idle_ns"} <= set(per_step.columns):
-        duration = per_step["duration_ns"].to_numpy(np.float64)
-        idle = per_step["idle_ns"].to_numpy(np.float64)[duration > 0] / duration[duration > 0]
+        duration = array_of(per_step, "duration_ns", np.float64)
+        idle = array_of(per_step, "idle_ns", np.float64)[duration > 0] / duration[duration > 0]
         evidence["gpu_idle_pct"] = round(100.0 * float(np.median(idle)), 1) if len(idle) else None
-        evidence["step_ns"] = int(np.median(per_step["duration_ns"].to_numpy()))
+        evidence["step_ns"] = int(np.median(array_of(per_step, "duration_ns")))
     return steps, evidence
 
 
@@ -428,7 +432,8 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
     if len(steps) == 0:
         return {**evidence, "note": "no collective inside a step window"}
     medians = np.median(steps.to_numpy(np.float64), axis=0)  # every column is numeric
-    med = dict(zip(_DETAIL_COLUMNS, medians[steps.columns.get_indexer(list(_DETAIL_COLUMNS))].tolist(), strict=True))
+    position = {name: i for i, name in enumerate(steps.columns)}
+    med = {name: float(medians[position[name]]) for name in _DETAIL_COLUMNS}
     return {
         **evidence,
         "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
@@ -443,7 +448,7 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         "collectives_per_step": int(med["collectives"]),
         "launch_bound_collectives_per_step": float(med["launch_bound"]),
         "bound": {"host_launch": "host", "gpu_transfer": "gpu", "mixed": "mixed"}[
-            _basis(int(steps["host_part_ns"].sum()), int(steps["own_ns"].sum()))],
+            _basis(int(array_of(steps, "host_part_ns").sum()), int(array_of(steps, "own_ns").sum()))],
     }
 
 
@@ -548,16 +553,16 @@ def _by_rank_tables(stepped: dict[int, pd.DataFrame]
     index = frames[0].index
     if all(f.index.equals(index) for f in frames[1:]) and index.is_unique:
         names = pd.Index(list(stepped), dtype=np.int64)
-        own = np.column_stack([f["own_ns"].to_numpy() for f in frames])
+        own = np.column_stack([array_of(f, "own_ns") for f in frames])
         keep = ~np.isnan(own).any(axis=1) if own.dtype.kind == "f" else np.ones(len(index), dtype=bool)
 
         def table(values: np.ndarray) -> pd.DataFrame:
             return pd.DataFrame(values[keep], index=index[keep], columns=names)
 
         def stacked(column: str) -> np.ndarray:
-            return np.column_stack([f[column].to_numpy() for f in frames])
+            return np.column_stack([array_of(f, column) for f in frames])
 
-        host = np.column_stack([f["host_part_ns"].to_numpy() * (1 - f["gpu_weight"].to_numpy()) for f in frames])
+        host = np.column_stack([array_of(f, "host_part_ns") * (1 - array_of(f, "gpu_weight")) for f in frames])
         return table(own), table(stacked("wait_ns")), table(host), table(stacked("issue_only_own_ns"))
     own_t = pd.concat({r: s["own_ns"] for r, s in stepped.items()}, axis=1).dropna()
     wait_t = pd.concat({r: s["wait_ns"] for r, s in stepped.items()}, axis=1).reindex(own_t.index)

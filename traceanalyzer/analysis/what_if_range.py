@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..call_starts import counts_between
 from ..trace import Trace
+from .frames import array_of
 from .results import DeviceSummary
 
 #: Host time the profiler adds per recorded host event (Kineto ``cpu_op`` range or CUDA API call): median of
@@ -30,13 +31,13 @@ HOST_BOUND_SHARE = 0.25  # a rank whose GPU waits for the host ≥ this share of
 
 def _by_step(per_step: pd.DataFrame, column: str, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``per_step[column]`` at each step id of ``steps`` and whether the step is there (a row of ``per_step``)."""
-    ids = per_step["step"].to_numpy(np.int64)
+    ids = array_of(per_step, "step", np.int64)
     order = np.argsort(ids, kind="stable")
     pos = np.minimum(np.searchsorted(ids[order], steps), max(len(ids) - 1, 0))
     if len(ids) == 0:
         return np.zeros(len(steps), dtype=np.int64), np.zeros(len(steps), dtype=bool)
     found = ids[order][pos] == steps
-    return np.where(found, per_step[column].to_numpy()[order][pos], 0), found
+    return np.where(found, array_of(per_step, column)[order][pos], 0), found
 
 
 def profiler_weighing(steps: np.ndarray, trace: Trace, dev: DeviceSummary, host_part: np.ndarray,
@@ -75,7 +76,7 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
     per = dev.per_step
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    ws, we = per["start_ns"].to_numpy(np.int64), per["end_ns"].to_numpy(np.int64)
+    ws, we = array_of(per, "start_ns", np.int64), array_of(per, "end_ns", np.int64)
     r = trace.ranges
     cpu_op = trace.strings.get("cpu_op")
     starts = []
@@ -91,7 +92,7 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
     for events in starts:  # counted per source, each sorted only when it is not already
         events = events if bool((events[1:] >= events[:-1]).all()) else np.sort(events)
         counts += np.searchsorted(events, we) - np.searchsorted(events, ws)
-    return per["step"].to_numpy(np.int64), counts.astype(np.int64)
+    return array_of(per, "step", np.int64), counts.astype(np.int64)
 
 
 def upper_bounds(steps: np.ndarray, per_step: pd.DataFrame, idle: np.ndarray, profiler: np.ndarray,

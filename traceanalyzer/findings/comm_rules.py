@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from ..classify.demangle import display_name
 from .context import (
@@ -54,16 +55,22 @@ def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
 def exposed_communication(ctx: FindingContext) -> list[Finding]:
     """Share of each step the SMs sit idle while collectives run (exposed communication), with its split into
     waiting for another rank and transfer."""
-    found = []
     waits = _wait_by_rank(ctx)
-    # every device's figures, built once and shared by the candidates (one per device; the best is kept)
+    # every device's figures, shared by the candidates
     devices = [{"rank": d.rank, "device": d.device, "comm_exposed_per_step_ns": d.comm_exposed_per_step_ns,
                 "overlap_pct": d.overlap_pct} for d in ctx.summary.devices]
+    # one finding, of the worst device (as ``worst`` picks it: the first of the largest impact), built only for it
+    chosen: tuple[int, DeviceSummary, Any, float] | None = None
     for dev in ctx.summary.devices:
         per_step = dev.comm_exposed_per_step_ns if dev.comm_exposed_per_step_ns is not None else dev.comm_exposed_ns
         pct = ctx.pct_of_step(dev, per_step)
         if not per_step or pct is None or pct < ctx.thresholds.exposed_comm_min_pct:
             continue
+        if chosen is None or int(per_step) > chosen[0]:
+            chosen = (int(per_step), dev, per_step, pct)
+    found = []
+    if chosen is not None:
+        _, dev, per_step, pct = chosen
         counts = count_kinds_per_step(ctx, dev, ctx.collective_column(dev, "start_ns").astype(np.int64),
                                       ctx.collective_column(dev, "kind").astype(str))
         wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
@@ -102,8 +109,8 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
         c = _on_compute_stream(dev, ctx.collectives(dev))
         if not len(c):
             continue
-        idx = step_index(dev, c["start_ns"].to_numpy(np.int64))
-        exposed_transfer = per_step_median(ctx.steps(dev), idx, c["exposed_transfer_ns"].to_numpy())
+        idx = step_index(dev, array_of(c, "start_ns", np.int64))
+        exposed_transfer = per_step_median(ctx.steps(dev), idx, array_of(c, "exposed_transfer_ns"))
         impact, basis = exposed_transfer, "exposed transfer time of these collectives (median per step)"
         if what_if.comm_free_step_saving_ns is not None and what_if.basis in ("gpu_transfer", "mixed"):
             impact, basis = int(what_if.comm_free_step_saving_ns), f"what-if communication free ({what_if.basis})"
@@ -145,9 +152,9 @@ def link_peak_gbps(gpu_name: str | None) -> float | None:
 
 def _saving_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame, ideal_ns: np.ndarray) -> int:
     """Median per step of Σ min(exposed transfer, transfer − ideal): SM-idle time a faster transfer removes."""
-    gain = np.clip(np.minimum(c["exposed_transfer_ns"].to_numpy(np.float64),
-                              c["transfer_ns"].to_numpy(np.float64) - ideal_ns), 0, None)
-    return per_step_median(ctx.steps(dev), step_index(dev, c["start_ns"].to_numpy(np.int64)), gain)
+    gain = np.clip(np.minimum(array_of(c, "exposed_transfer_ns", np.float64),
+                              array_of(c, "transfer_ns", np.float64) - ideal_ns), 0, None)
+    return per_step_median(ctx.steps(dev), step_index(dev, array_of(c, "start_ns", np.int64)), gain)
 
 
 def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
@@ -163,7 +170,7 @@ def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
         if not candidate.any():
             continue
         small = ctx.collectives(dev)[candidate]
-        nbytes = small["bytes"].to_numpy(np.float64)
+        nbytes = array_of(small, "bytes", np.float64)
         peak = link_peak_gbps(dev.name)
         oneshot = t.oneshot_latency_ns + (nbytes / peak if peak else np.zeros(len(nbytes)))  # bytes/(GB/s) = ns
         saving = _saving_per_step(ctx, dev, small, oneshot)
@@ -237,10 +244,10 @@ def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
             continue
         big = ctx.collectives(dev)[big_rows]
         n = int(big["group_size"].max()) if big["group_size"].max() > 1 else 2
-        nbytes = big["bytes"].to_numpy(np.float64)
+        nbytes = array_of(big, "bytes", np.float64)
         kinds = big["kind"].astype(str).to_numpy()
         factor = np.where(np.isin(kinds, ALLREDUCE_KINDS), 2 * (n - 1) / n, (n - 1) / n)
-        busbw = nbytes * factor / np.maximum(big["transfer_ns"].to_numpy(np.float64), 1)  # bytes/ns == GB/s
+        busbw = nbytes * factor / np.maximum(array_of(big, "transfer_ns", np.float64), 1)  # bytes/ns == GB/s
         median_bw = float(np.median(busbw))
         if median_bw >= t.bandwidth_min_fraction * peak:
             continue

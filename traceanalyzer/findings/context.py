@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, Summary
 from ..trace import Trace
 from .evidence import DeviceEvidence
@@ -97,14 +98,14 @@ class FindingContext:
         if cr is None or not len(cr.per_collective):
             return {}
         per = cr.per_collective
-        transfer_all = per["transfer_ns"].to_numpy(np.int64)
+        transfer_all = array_of(per, "transfer_ns", np.int64)
         out = {}
         for rank in {d.rank for d in self.summary.devices}:
             col = f"start_ns_r{rank}"
             if col not in per:
                 continue
-            starts, first = np.unique(per[col].to_numpy(np.int64), return_index=True)
-            out[rank] = (starts, transfer_all[first], per[f"wait_ns_r{rank}"].to_numpy(np.int64)[first])
+            starts, first = np.unique(array_of(per, col, np.int64), return_index=True)
+            out[rank] = (starts, transfer_all[first], array_of(per, f"wait_ns_r{rank}", np.int64)[first])
         return out
 
     def collectives(self, dev: DeviceSummary) -> pd.DataFrame:
@@ -128,16 +129,16 @@ class FindingContext:
             return split[name]
         c = dev.collectives
         if not len(c):
-            return c[name].to_numpy() if name in c else np.zeros(0)
+            return array_of(c, name) if name in c else np.zeros(0)
         if not len(dev.per_step):
-            return np.zeros(len(c), dtype=np.int64) if name == "step" else c[name].to_numpy()
-        values = c[name].to_numpy()
+            return np.zeros(len(c), dtype=np.int64) if name == "step" else array_of(c, name)
+        values = array_of(c, name)
         rows = self._inside_rows(dev)
         return values if rows is None else values[rows]
 
     def _inside_rows(self, dev: DeviceSummary) -> np.ndarray | None:
         """Rows of the device's collectives inside a step window; None for all of them."""
-        inside = dev.collectives["step"].to_numpy() >= 0
+        inside = array_of(dev.collectives, "step") >= 0
         return None if inside.all() else np.flatnonzero(inside)
 
     def _step_rows(self, dev: DeviceSummary) -> pd.DataFrame:
@@ -165,7 +166,7 @@ class FindingContext:
         split: dict[str, np.ndarray] = {}
         if len(c):
             rows = self._inside_rows(dev) if len(dev.per_step) else None
-            duration, start, exposed = (c[k].to_numpy(np.int64) for k in ("duration_ns", "start_ns", "exposed_ns"))
+            duration, start, exposed = (array_of(c, k, np.int64) for k in ("duration_ns", "start_ns", "exposed_ns"))
             if rows is not None:
                 duration, start, exposed = duration[rows], start[rows], exposed[rows]
             transfer = duration.copy()
@@ -187,7 +188,7 @@ def count_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame) -> 
     """Median number of instances per step, by collective kind (``c`` from :meth:`FindingContext.collectives`)."""
     if not len(c):
         return {}
-    return count_kinds_per_step(ctx, dev, c["start_ns"].to_numpy(np.int64), c["kind"].astype(str).to_numpy())
+    return count_kinds_per_step(ctx, dev, array_of(c, "start_ns", np.int64), c["kind"].astype(str).to_numpy())
 
 
 def count_kinds_per_step(ctx: FindingContext, dev: DeviceSummary, start: np.ndarray, kinds: np.ndarray

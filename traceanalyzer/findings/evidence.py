@@ -206,6 +206,8 @@ def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.Data
     stream, start_ns, end_ns = k["stream"][idx], k["start_ns"][idx], k["end_ns"][idx]
     is_ar = (bucket == _id(trace, "communication")) & np.isin(sub, _ids(trace, ALLREDUCE_SUBBUCKETS))
     fusable = (bucket == _id(trace, "other")) & np.isin(sub, _ids(trace, FUSABLE_SUBBUCKETS))
+    if not (is_ar.any() and fusable.any()):  # no chain can hold a norm
+        return None
     is_norm = fusable & (np.isin(sub, _ids(trace, NORM_SUBBUCKETS)) |
                          _names_match(trace, k["name_id"][idx], NORM_NAME))
     ar_pos = np.flatnonzero(is_ar)
@@ -317,6 +319,8 @@ def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int,
                     ) -> tuple[int, int, dict[str, int]] | None:
     """Total ns and count of long idle gaps (inside step windows) overlapped by a blocking host call of the same
     process, with the names of those calls. ``device_gaps``: :func:`_device_gaps` if at hand."""
+    if not len(trace.api_calls):  # no host call, none blocking
+        return None
     gap_start, gap_end, _ = _device_gaps(trace, dev) if device_gaps is None else device_gaps  # inside steps
     long_gap = (gap_end - gap_start) >= min_gap_ns
     if not long_gap.any():

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from .context import FindingContext, ms, per_step_median, severity, step_index, worst
 from .evidence import (
@@ -57,21 +58,21 @@ def _reportable(ctx: FindingContext, column: str
 
 
 def _per_step(ctx: FindingContext, dev: DeviceSummary, chains: pd.DataFrame, column: str) -> int:
-    step_idx = step_index(dev, chains["start_ns"].to_numpy(np.int64))
-    return per_step_median(ctx.steps(dev), step_idx, chains[column].to_numpy(np.int64))
+    step_idx = step_index(dev, array_of(chains, "start_ns", np.int64))
+    return per_step_median(ctx.steps(dev), step_idx, array_of(chains, column, np.int64))
 
 
 def _evidence(ctx: FindingContext, dev: DeviceSummary, device_ev: DeviceEvidence, chains: pd.DataFrame
               ) -> dict[str, Any]:
     """The finding's evidence; with ``ctx.lean_evidence`` only the figures the titles read (rank, device, chains
     per step, median kernels per chain, norm fusion alone per step)."""
-    step_idx = step_index(dev, chains["start_ns"].to_numpy(np.int64))
+    step_idx = step_index(dev, array_of(chains, "start_ns", np.int64))
 
     def per_step(column: str) -> int:
-        return per_step_median(ctx.steps(dev), step_idx, chains[column].to_numpy(np.int64))
+        return per_step_median(ctx.steps(dev), step_idx, array_of(chains, column, np.int64))
 
     followed = per_step_median(ctx.steps(dev), step_idx, np.ones(len(chains), dtype=np.int64))
-    kernels = int(np.median(chains["kernels"].to_numpy(np.float64)))
+    kernels = int(np.median(array_of(chains, "kernels", np.float64)))
     if ctx.lean_evidence:
         return {"rank": dev.rank, "device": dev.device, "allreduces_followed_per_step": followed,
                 "median_chain_kernels": kernels, "per_step_ns": {"norm_fusion_alone": per_step("norm_alone_ns")}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, Summary
 from .context import (
     FindingContext,
@@ -30,9 +31,11 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
         if ev is None or dev.span_ns <= 0:
             continue
         idle_per_step, idle_pct = ev.launch_idle
+        if idle_pct < t.host_bound_idle_min_pct:  # the other figures only where this one passes
+            continue
         median_kernel, kernels_per_step = ev.kernels_in_steps
         graphs = ev.graph_launched_fraction
-        if (idle_pct < t.host_bound_idle_min_pct or median_kernel > t.host_bound_kernel_max_ns
+        if (median_kernel > t.host_bound_kernel_max_ns
                 or kernels_per_step < t.host_bound_min_kernels_per_step
                 or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
             continue
@@ -106,7 +109,7 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
         calls = ev.host_only_calls
         if not len(calls):
             continue
-        step = step_index(dev, calls["after_ns"].to_numpy(np.int64))
+        step = step_index(dev, array_of(calls, "after_ns", np.int64))
         took = (calls["end_ns"] - calls["start_ns"]).to_numpy(np.int64)
         host = per_step_median(ctx.steps(dev), step, took)
         idle = int(dev.per_step["idle_ns"].median()) if "idle_ns" in dev.per_step else host

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis import intervals as iv
+from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary
 from ..trace import Trace
 
@@ -32,7 +33,7 @@ def step_windows(dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the device's step windows; the whole activity window when no step was found."""
     ps = dev.per_step
     if len(ps):
-        return ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64)
+        return array_of(ps, "start_ns", np.int64), array_of(ps, "end_ns", np.int64)
     lo, hi = dev.extra.get("window_ns", (0, dev.span_ns))
     return np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)
 
