@@ -51,7 +51,11 @@ def _analysis_options(fn: F) -> F:
 
 def _emit_json(payload: Any, output: Path | None = None, inputs: tuple[Path | None, ...] = ()) -> None:
     """The JSON on stdout, or written to ``output`` (``-`` = stdout) by the one output writer."""
-    text = json.dumps(payload, indent=2, sort_keys=False, allow_nan=False)
+    _emit_json_text(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False), output, inputs)
+
+
+def _emit_json_text(text: str, output: Path | None = None, inputs: tuple[Path | None, ...] = ()) -> None:
+    """JSON text already encoded as :func:`_emit_json` encodes it, emitted as it emits it."""
     if output is None:
         click.echo(text)
         return
@@ -120,7 +124,9 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 
     results = classify_names(read_names(names_file), rules=rules)
     if as_json:
-        _emit_json([r.to_dict() for r in results])
+        from .classify.engine import classes_json
+
+        _emit_json_text(classes_json(results))  # json.dumps of every to_dict(), written without the dicts
         return
     from .render.terminal import print_classification
 

