@@ -50,7 +50,7 @@ def test_exclusive_split_by_growing_union_matches_differences(spans: list[tuple[
     busy = iv.union(np.concatenate([nothing, *[u[0] for u in sets.values()]]),
                     np.concatenate([nothing, *[u[1] for u in sets.values()]]))
     win = iv.union(np.array([s for s, _ in windows]), np.array([s + n for s, n in windows]))
-    whole, within = _exclusive(sets, ("b2", "b0", "b1"), busy, win)
+    whole, within = _exclusive(dict(sets), ("b2", "b0", "b1"), busy, win)  # consumes the dict it is given
     assert list(whole) == list(within) == order
     assert whole == _plain_exclusive(busy, sets, order)
     assert within == _plain_exclusive(iv.intersect(busy, win), {b: iv.intersect(u, win) for b, u in sets.items()},

@@ -388,9 +388,33 @@ def main(argv: list[str] | None = None) -> int:
     return ExitCode.OK
 
 
+#: Arrays of this size and more get pages of their own from glibc's allocator (see :func:`_map_big_arrays`).
+MMAP_THRESHOLD_BYTES = 4 << 20
+
+
+def _map_big_arrays() -> None:
+    """Have glibc map every allocation of :data:`MMAP_THRESHOLD_BYTES` or more on its own and unmap it when freed.
+    By default glibc raises that threshold up to 32 MiB as large blocks are freed, after which arrays of a few
+    million rows come from the heap and their pages, once freed, stay with the process: a 3.8 M-kernel export's
+    summary peaked about 90 MB higher. Left alone where glibc is not the allocator, or the user set
+    ``MALLOC_MMAP_THRESHOLD_`` themselves."""
+    if sys.platform != "linux" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = getattr(libc, "mallopt", None)
+        if mallopt is not None and getattr(libc, "gnu_get_libc_version", None) is not None:
+            mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
+    except OSError:
+        return
+
+
 def run() -> None:
     """The ``traceanalyzer`` console script: :func:`main`, then leave without tearing the heap down object by object
     (the trace's arrays and names die with the process; 0.15 s on a 377 MB trace). Output is flushed first."""
+    _map_big_arrays()
     code = main()
     try:
         sys.stdout.flush()

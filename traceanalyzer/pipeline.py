@@ -43,16 +43,18 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     return _summarize([traces] if isinstance(traces, Trace) else list(traces), opts, {})
 
 
-def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tuple[Trace, TracePart]]
-               ) -> Summary:
+def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tuple[Trace, TracePart]],
+               own: bool = False) -> Summary:
     """:func:`summarize`, reusing the parts already ``analyzed`` (by ``id`` of their Trace, the Trace kept
-    beside its part) for the Traces that are those very objects."""
+    beside its part) for the Traces that are those very objects. ``own``: the traces were loaded for this
+    summary, and what only the map step reads is released after it (``stages.analyze_trace``)."""
     check_layer_pattern(opts.layer_pattern)
     trace_list = [classified_once(t, opts.rules) for t in traces]
 
     def part(trace: Trace) -> TracePart:
         early = analyzed.get(id(trace))
-        return early[1] if early is not None and early[0] is trace else analyze_trace(trace, opts)
+        return early[1] if early is not None and early[0] is trace else \
+            analyze_trace(trace, opts, release=own)
 
     return reduce_parts([part(t) for t in trace_list], opts, LocalTraceWork(trace_list))
 
@@ -110,13 +112,14 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
     with _long_lived() as settled:
 
         def analyze_loaded(trace: Trace) -> None:
-            analyzed[id(trace)] = (trace, analyze_trace(classified_once(trace, rules), opts))
+            classified = classified_once(trace, rules)
+            analyzed[id(trace)] = (trace, analyze_trace(classified, opts, release=classified is trace))
             settled()
 
         traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
                                   window=window, on_loaded=analyze_loaded)
         settled()
-        return _summarize(traces, opts, analyzed)
+        return _summarize(traces, opts, analyzed, own=True)
 
 
 @contextmanager

@@ -130,6 +130,22 @@ TABLES: dict[str, list[Column]] = {
 }
 
 
+#: Id columns a loader may store as int32 where every value fits (the nsys loader does; an nsys export's process
+#: and thread ids are 24 bits): compared, keyed, looked up or used to index, never summed. Code that does
+#: arithmetic on one (a key of two ids) widens it first.
+NARROW_IDS = frozenset({"pid", "tid", "stream", "correlation", "grid", "block", "graph_id"})
+
+
+def fits_int32(values: np.ndarray) -> bool:
+    """Whether every value of an integer array fits in int32 (an empty one does)."""
+    if values.dtype.kind not in "iu":
+        return False
+    if values.dtype.itemsize <= 4 and values.dtype.kind == "i":
+        return True
+    info = np.iinfo(np.int32)
+    return not len(values) or (info.min <= int(values.min()) and int(values.max()) <= info.max)
+
+
 _FILLS: dict[str, list[tuple[str, np.dtype[Any], float]]] = {
     table: [(col.name, np.dtype(col.dtype), np.nan if col.dtype.startswith("float") else -1) for col in cols]
     for table, cols in TABLES.items()}

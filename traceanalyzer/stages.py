@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .api import classified
-from .trace import Trace, TraceHeader
+from .trace import Table, Trace, TraceHeader
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,15 +42,25 @@ class TracePart:
         return replace(self, devices=[replace(d, activity=None, layering=None) for d in self.devices])
 
 
-def analyze_trace(trace: Trace, options: SummaryOptions) -> TracePart:
+#: Tables only the map step reads (an nsys export's every API call start, counted per step with each device's
+#: analysis: ``DeviceSummary.host_events``).
+MAP_ONLY_TABLES = ("api_starts", "api_start_blocks")
+
+
+def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = False) -> TracePart:
     """The map step of a summary: one classified trace's devices analysed (``analysis.device``), its header and
-    meta, its GPU-metric aggregates."""
+    meta, its GPU-metric aggregates. ``release``: then empty the trace's :data:`MAP_ONLY_TABLES` (a trace the
+    summary loaded itself and reads again only for the reduce)."""
     from .analysis.device import analyze_device
     from .analysis.gpu_metrics import aggregate_gpu_metrics
     from .analysis.summary import device_pairs, trace_meta
 
     devices = [analyze_device(trace, rank, device, options=options) for rank, device in device_pairs(trace)]
     metrics = aggregate_gpu_metrics(trace).assign(trace=str(trace.path)) if len(trace.gpu_metrics) else None
+    if release and any(len(trace.tables[name]) for name in MAP_ONLY_TABLES if name in trace.tables):
+        for name in MAP_ONLY_TABLES:
+            trace.tables[name] = Table.empty(name)
+        trace.capabilities["api_starts_released"] = True
     return TracePart(header=trace.header(), meta=trace_meta(trace), devices=devices,
                      gpu_metrics=metrics if metrics is not None and len(metrics) else None,
                      warnings=list(trace.warnings))

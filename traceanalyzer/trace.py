@@ -281,8 +281,11 @@ class Trace:
         if table not in self.tables:
             raise KeyError(f"no table {table!r}; tables: {', '.join(self.tables)}")
         t = self.tables[table]
-        string_cols = {c.name for c in DECL.get(table, []) if c.string}
-        string_cols |= {k for k in t.columns if k.endswith("_id") and t[k].dtype == np.int32}
+        declared = {c.name: c for c in DECL.get(table, [])}
+        string_cols = {name for name, c in declared.items() if c.string}
+        # columns added later (the classifier's bucket_id, …): string ids, int16 or int32
+        string_cols |= {k for k in t.columns if k.endswith("_id") and k not in declared
+                        and t[k].dtype in (np.int16, np.int32)}
         data: dict[str, Any] = {}
         categories = pd.Index(self.strings.values, dtype=object)
         for key, arr in t.columns.items():

@@ -8,17 +8,51 @@ and compute (non-communication *kernels*; memory ops run on copy engines and hid
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
+from ..schema import fits_int32
 from ..trace import Table, Trace
 from . import intervals as iv
 from .grouped import distinct
 
 COMMUNICATION = "communication"
 MEMORY = "memory"
+
+
+_T = TypeVar("_T")
+
+
+class _derived(Generic[_T]):
+    """A property computed on first read and cached in the instance, until :meth:`DeviceActivity.forget_derived`;
+    after it, computed on every read and not kept."""
+
+    def __init__(self, build: Callable[[Any], _T]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _derived[_T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> _T: ...
+
+    def __get__(self, obj: object | None, owner: type) -> _T | _derived[_T]:
+        if obj is None:
+            return self
+        cache = obj.__dict__
+        if self.name in cache:
+            return cache[self.name]
+        value = self.build(obj)
+        if not cache.get("_settled"):
+            cache[self.name] = value
+        return value
 
 
 @dataclass
@@ -31,34 +65,82 @@ class DeviceActivity:
     pids: np.ndarray
     kernels: Table
     memops: Table
-    memop_bucket: np.ndarray
     kernel_is_comm: np.ndarray
     memop_is_comm: np.ndarray
     launch_row: np.ndarray  # row of the launching call in trace.api_calls, -1 when it links to none (int32 if fits)
-    launch_ns: np.ndarray  # host launch time per kernel, -1 when unlinked
-    launch_pid: np.ndarray  # process and thread of that API call (-1 when unlinked; int32 where they fit)
-    launch_tid: np.ndarray
-    memop_launch_ns: np.ndarray  # the same three for memops (-1 when unlinked)
-    memop_launch_pid: np.ndarray
-    memop_launch_tid: np.ndarray
-    busy: iv.Intervals
+    memop_launch_row: np.ndarray  # the same for memops
     comm: iv.Intervals
+
+    # Derived on first read, dropped by :meth:`forget_derived` once the device analysis is done (a summary's
+    # findings read few of them again): each is about as long as the device's kernels.
+    @_derived
+    def busy(self) -> iv.Intervals:
+        """Union of every kernel and memop; the kernels, in start order, make a union without a sort."""
+        k, m = self.kernels, self.memops
+        return iv.merge_unions(iv.union(k["start_ns"], k["end_ns"]), iv.union(m["start_ns"], m["end_ns"]))
+
+    @_derived
+    def launch_ns(self) -> np.ndarray:
+        """Host launch time per kernel (start of the launching API call), -1 when unlinked."""
+        return _via(self.launch_row, self.trace.api_calls["start_ns"])
+
+    @_derived
+    def launch_pid(self) -> np.ndarray:
+        """Process of the launching call per kernel, -1 when unlinked (int32 where every one fits)."""
+        return _narrow(_via(self.launch_row, self.trace.api_calls["pid"]))
+
+    @_derived
+    def launch_tid(self) -> np.ndarray:
+        """Thread of the launching call per kernel, -1 when unlinked (int32 where every one fits)."""
+        return _narrow(_via(self.launch_row, self.trace.api_calls["tid"]))
+
+    @_derived
+    def memop_launch_ns(self) -> np.ndarray:
+        """:attr:`launch_ns` of the memops."""
+        return _via(self.memop_launch_row, self.trace.api_calls["start_ns"])
+
+    @_derived
+    def memop_launch_pid(self) -> np.ndarray:
+        """:attr:`launch_pid` of the memops."""
+        return _narrow(_via(self.memop_launch_row, self.trace.api_calls["pid"]))
+
+    @_derived
+    def memop_launch_tid(self) -> np.ndarray:
+        """:attr:`launch_tid` of the memops."""
+        return _narrow(_via(self.memop_launch_row, self.trace.api_calls["tid"]))
+
+    def forget(self, *names: str) -> None:
+        """Drop the cached derived columns ``names`` (of :data:`LAUNCH_COLUMNS`, ``busy``, ``compute``); a later
+        read builds and caches them again."""
+        for name in names:
+            self.__dict__.pop(name, None)
+
+    def forget_derived(self) -> None:
+        """Drop every cached derived column (:attr:`busy`, :attr:`compute`, the launch columns) and cache them no
+        more: each later read builds its own, dropped with it. What a summary keeps of a device between its
+        analysis and the findings is then the views of the trace's rows, the launch rows, the comm union and the
+        flags; the findings read a derived column of a device once or twice."""
+        self.__dict__["_settled"] = True
+        for name in _DERIVED:
+            self.__dict__.pop(name, None)
+
+    @property
+    def memop_bucket(self) -> np.ndarray:
+        """Bucket string of each memop (object array), looked up on each read: not kept per memop."""
+        return _memop_buckets(self.trace, self.memops)
 
     @property
     def kernel_bucket(self) -> np.ndarray:
         """Bucket string of each kernel (object array), looked up on each read: not kept per kernel."""
         return self.trace.names(self.kernels["bucket_id"]).astype(object, copy=False)
 
-    @cached_property
+    @_derived
     def compute(self) -> iv.Intervals:
-        """Union of the non-communication kernels; cached until :meth:`forget_compute` (the device analysis reads
+        """Union of the non-communication kernels; cached until :meth:`forget_derived` (the device analysis reads
         it three times, nothing after it but ``compare``)."""
         compute = ~self.kernel_is_comm
         return iv.union(self.kernels["start_ns"][compute], self.kernels["end_ns"][compute])
 
-    def forget_compute(self) -> None:
-        """Drop the cached :attr:`compute` union (about as many intervals as kernels); the next read rebuilds it."""
-        self.__dict__.pop("compute", None)
 
     @property
     def span(self) -> tuple[int, int]:
@@ -136,9 +218,10 @@ def launch_rows(trace: Trace, kernels: Table) -> np.ndarray:
 
 
 def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """``column`` at each row, -1 where the row is -1 (in the column's dtype)."""
     if not len(column):
         return np.full(len(rows), -1, dtype=np.int64)
-    out = column[np.maximum(rows, 0)].astype(np.int64, copy=False)
+    out = column[np.maximum(rows, 0)]
     out[rows < 0] = -1
     return out
 
@@ -146,10 +229,7 @@ def _via(rows: np.ndarray, column: np.ndarray) -> np.ndarray:
 def _narrow(ids: np.ndarray) -> np.ndarray:
     """Ids (processes, threads) or row numbers as int32 where every one fits: they are compared, keyed or used to
     index, never summed, and kept per kernel with the device's activity."""
-    info = np.iinfo(np.int32)
-    if len(ids) and info.min <= int(ids.min()) and int(ids.max()) <= info.max:
-        return ids.astype(np.int32)
-    return ids
+    return ids.astype(np.int32, copy=False) if fits_int32(ids) else ids
 
 
 def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
@@ -158,22 +238,21 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
     memops = _rows_of(trace.memops, rank, device)
     if "bucket_id" not in kernels:
         raise ValueError("trace is not classified (kernels have no bucket_id); load it with classify=True")
-    m_bucket = _memop_buckets(trace, memops)
+    m_comm = _memop_buckets(trace, memops) == COMMUNICATION
     comm_id = trace.strings.get(COMMUNICATION)  # compared by string id: no string per row
     k_comm = kernels["bucket_id"] == comm_id if comm_id >= 0 else np.zeros(len(kernels), dtype=bool)
-    m_comm = m_bucket == COMMUNICATION
-    # the unions first, while the launch columns (and their join's temporaries) are not there yet; the kernels
-    # in start order make a union without a sort, the memory operations' one merged in
-    busy = iv.merge_unions(iv.union(kernels["start_ns"], kernels["end_ns"]),
-                           iv.union(memops["start_ns"], memops["end_ns"]))
     comm = iv.union(np.r_[kernels["start_ns"][k_comm], memops["start_ns"][m_comm]],
                     np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
     rows = _narrow(launch_rows(trace, kernels))
-    api = trace.api_calls
-    launch, launch_pid, tid = _via(rows, api["start_ns"]), _narrow(_via(rows, api["pid"])), \
-        _narrow(_via(rows, api["tid"]))
-    m_rows = launch_rows(trace, memops)
-    m_launch = (_via(m_rows, api["start_ns"]), _narrow(_via(m_rows, api["pid"])), _narrow(_via(m_rows, api["tid"])))
-    pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
-    return DeviceActivity(trace, rank, device, pids, kernels, memops, m_bucket, k_comm, m_comm,
-                          rows, launch, launch_pid, tid, *m_launch, busy, comm)
+    m_rows = _narrow(launch_rows(trace, memops))
+    act = DeviceActivity(trace, rank, device, np.empty(0, dtype=np.int64), kernels, memops, k_comm, m_comm, rows,
+                         m_rows, comm)
+    launch_pid = act.launch_pid
+    act.pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]),
+                               distinct(launch_pid[launch_pid >= 0])])
+    return act
+
+
+#: The derived launch columns of :class:`DeviceActivity` (each as long as the device's kernels or memops).
+LAUNCH_COLUMNS = ("launch_ns", "launch_pid", "launch_tid", "memop_launch_ns", "memop_launch_pid", "memop_launch_tid")
+_DERIVED = ("busy", "compute", *LAUNCH_COLUMNS)

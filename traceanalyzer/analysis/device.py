@@ -27,13 +27,14 @@ from ..classify.demangle import display_names
 from ..errors import BadInputError
 from ..trace import Table, Trace
 from . import intervals as iv
-from .activity import DeviceActivity, gather
+from .activity import LAUNCH_COLUMNS, DeviceActivity, gather
 from .collectives import collective_instances
 from .frames import array_of, empty_frame, frame
 from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
+from .what_if_range import host_event_counts
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions
@@ -75,7 +76,8 @@ def _claim_order(sets: dict[str, iv.Intervals], order: tuple[str, ...]) -> list[
     return [*[b for b in order if b in sets], *sorted(b for b in sets if b not in order)]
 
 
-def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], busy: iv.Intervals,
+def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...],
+               busy: iv.Intervals | Callable[[], iv.Intervals],
                windows: iv.Intervals | None = None) -> tuple[dict[str, int], dict[str, int]]:
     """The exclusive split of busy time: each bucket gets the busy time no bucket before it claimed, over the whole
     device and (``windows``, a union) inside the windows (``{}`` without them).
@@ -83,14 +85,19 @@ def _exclusive(sets: dict[str, iv.Intervals], order: tuple[str, ...], busy: iv.I
     Every bucket's union lies inside busy, which is the union of them all, so "busy minus the buckets before it,
     intersected with it" has the length ``|C_i| - |C_(i-1)|`` with ``C_i`` the union of the first ``i`` buckets:
     one growing union, merged a bucket at a time, instead of a difference per bucket; the last ``C`` is busy
-    itself, not merged."""
+    itself, not merged. ``sets`` is consumed: each bucket's union leaves it once merged; ``busy`` may be a
+    function that builds it, called only after the last merge is let go."""
     whole: dict[str, int] = {}
     within: dict[str, int] = {}
     claimed = iv.empty()
     before = before_within = 0
     claim = _claim_order(sets, order)
     for i, bucket in enumerate(claim):
-        claimed = busy if i == len(claim) - 1 else iv.merge_unions(claimed, sets[bucket])
+        if i < len(claim) - 1:
+            claimed = iv.merge_unions(claimed, sets.pop(bucket))
+        else:
+            del sets[bucket], claimed
+            claimed = busy() if callable(busy) else busy
         now = iv.lengths_sum(claimed)
         whole[bucket], before = now - before, now
         if windows is not None:
@@ -243,24 +250,30 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
     layers = layer_table(act, steps, layer_pattern, numbers="layer_numbers" not in skip) if layers is None \
         else layers
+    act.forget(*LAUNCH_COLUMNS)  # read by the steps and layers only: not held through the unions below
     lo, hi = act.span
     busy_ns = iv.lengths_sum(act.busy)
+    hidden, exposed = iv.split(act.comm, act.compute)
+    collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
+    act.forget("compute")  # read above for the last time in a summary
     sets = _bucket_sets(act)
     order = EXCLUSIVE_PRECEDENCE
-    hidden, exposed = iv.split(act.comm, act.compute)
     comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
     per_step = per_step_table(act, steps, sets, hidden, exposed)
+    host_events = host_event_counts(trace, rank, per_step)
     windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
     numbers = "in_steps" not in skip
-    exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
-        _exclusive(sets, order, act.busy, windows if numbers else None)  # both splits from one growing union
     bucket_ns, claim_order = {b: iv.lengths_sum(u) for b, u in sorted(sets.items())}, _claim_order(sets, order)
-    del sets, hidden  # about as many intervals as kernels: not kept through the rest
+    del hidden
+    # both splits from one growing union; the sets, about as many intervals as kernels, consumed on the way
+    act.forget("busy")  # rebuilt after the largest merges below, not held through them
+    exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
+        _exclusive(sets, order, lambda: act.busy, windows if numbers else None)
+    del sets
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
     whole_top = None if "top_kernels" in skip else top_kernels(act)
     step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
-    collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
-    act.forget_compute()  # read above for the last time in a summary
+    act.forget_derived()  # the unions and launch columns: rebuilt if the findings read them
     return DeviceSummary(
         rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
         span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
@@ -283,5 +296,5 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
                "comm_on_compute_stream_pct": on_shared_pct,
                "kernels": len(act.kernels), "memops": len(act.memops),
                "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},
-        activity=act, layering=layers,
+        activity=act, layering=layers, host_events=host_events,
     )

@@ -287,7 +287,8 @@ def clip_to_windows(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray
     s, e = _arrays(starts, ends)
     ws, we = _arrays(win_starts, win_ends)
     first = np.searchsorted(we, s, side="right")  # first window ending after the start
-    count = np.searchsorted(ws, e, side="left") - first  # windows starting before the end, from there on
+    count = np.searchsorted(ws, e, side="left")  # windows starting before the end, from there on
+    count -= first
     np.maximum(count, 0, out=count)
     if int(count.max(initial=0)) <= 1:  # each interval inside one window at most (gaps within steps): no repeats
         source = np.flatnonzero(count)
@@ -329,8 +330,8 @@ def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Interval
         return empty()
     lo = int(u_s[0]) if lo is None else lo
     hi = int(u_e[-1]) if hi is None else hi
-    g_s = np.r_[lo, u_e].astype(_I64)
-    g_e = np.r_[u_s, hi].astype(_I64)
+    g_s = np.r_[lo, u_e].astype(_I64, copy=False)
+    g_e = np.r_[u_s, hi].astype(_I64, copy=False)
     if lo <= u_s[0] and u_e[-1] <= hi:  # the union inside [lo, hi): only the two outer gaps can be empty
         first, stop = int(g_e[0] <= g_s[0]), len(g_s) - int(g_e[-1] <= g_s[-1])
         return g_s[first:stop], g_e[first:stop]

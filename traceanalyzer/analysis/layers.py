@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .activity import MEMORY, DeviceActivity
+from .activity import LAUNCH_COLUMNS, MEMORY, DeviceActivity
 from .frames import array_of, empty_frame
 
 # the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
@@ -305,10 +305,12 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
     if found is None:
         return _empty(act)
     table, row = found
+    del found
+    act.forget(*LAUNCH_COLUMNS)  # read to find the layers; not held through the per-layer unions
     order = np.argsort(array_of(table, "start_ns"), kind="stable")
-    rank_of = np.empty(len(order), dtype=np.int64)
+    # the row of each kernel, kept with the summary: int32 (a table of fewer than 2**31 layers)
+    rank_of = np.empty(len(order), dtype=np.int32)
     rank_of[order] = np.arange(len(order))
     table = table.iloc[order].reset_index(drop=True)
-    row = np.where(row >= 0, rank_of[np.maximum(row, 0)], -1)
-    # the row of each kernel, kept with the summary: int32 (a table of fewer than 2**31 layers)
-    return Layers(_per_layer_numbers(act, table, row, steps, numbers), row.astype(np.int32), source)
+    row = np.where(row >= 0, rank_of[np.maximum(row, 0)], np.int32(-1))
+    return Layers(_per_layer_numbers(act, table, row, steps, numbers), row, source)

@@ -79,6 +79,8 @@ class DeviceSummary:
     activity: Any = field(default=None, repr=False, compare=False)
     # the analysis.layers.Layers behind per_layer (each kernel's layer), for exports; never in JSON
     layering: Any = field(default=None, repr=False, compare=False)
+    # (step ids, host events a profiler records per step) for the what-if (analysis.what_if_range); never in JSON
+    host_events: Any = field(default=None, repr=False, compare=False)
 
     # the JSON's names for figures kept in ``extra`` (notebooks read them as attributes)
     @property

@@ -48,7 +48,8 @@ def profiler_weighing(steps: np.ndarray, trace: Trace, dev: DeviceSummary, host_
     idle ≤ ``MARGINAL_RATIO[0]`` × profiler time: the GPU reading alone; ≥ ``MARGINAL_RATIO[1]`` ×: the host
     reading as profiled (``as_profiled_ns``); linear between. Only steps whose host reading won a segment are
     weighed."""
-    known, counts = _host_event_counts(trace, dev)
+    known, counts = dev.host_events if dev.host_events is not None else \
+        host_event_counts(trace, dev.rank, dev.per_step)
     if len(counts):
         order = np.argsort(known, kind="stable")
         known = known[order]
@@ -70,10 +71,12 @@ def profiler_weighing(steps: np.ndarray, trace: Trace, dev: DeviceSummary, host_
             "own_ns": np.round(np.minimum(own, as_profiled)).astype(np.int64), "idle_ns": idle.astype(np.int64)}
 
 
-def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
-    """Per step of ``dev.per_step`` (its ids, and a count each): the rank's host events a profiler records —
-    Kineto ``cpu_op`` ranges and CUDA API calls — starting in the step window."""
-    per = dev.per_step
+def host_event_counts(trace: Trace, rank: int, per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of a device's ``per_step`` table (its ids, and a count each): the rank's host events a profiler
+    records — Kineto ``cpu_op`` ranges and CUDA API calls — starting in the step window. Computed with the device's
+    analysis (``DeviceSummary.host_events``): an nsys export's call starts are not kept past it."""
+    if trace.capabilities.get("api_starts_released"):
+        raise ValueError(f"{trace.path}: the API call starts were released after the map step")
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = array_of(per, "start_ns", np.int64), array_of(per, "end_ns", np.int64)
@@ -82,13 +85,13 @@ def _host_event_counts(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np
     starts = []
     if trace.capabilities.get("api_calls_subset"):
         # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
-        counts = counts_between(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], dev.rank, ws, we)
+        counts = counts_between(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], rank, ws, we)
     else:
         counts = np.zeros(len(ws), dtype=np.int64)
         if len(trace.api_calls):
-            starts.append(trace.api_calls["start_ns"][trace.api_calls["rank"] == dev.rank])
+            starts.append(trace.api_calls["start_ns"][trace.api_calls["rank"] == rank])
     if len(r) and cpu_op is not None and cpu_op >= 0:
-        starts.append(r["start_ns"][(r["rank"] == dev.rank) & (r["kind_id"] == cpu_op)])
+        starts.append(r["start_ns"][(r["rank"] == rank) & (r["kind_id"] == cpu_op)])
     for events in starts:  # counted per source, each sorted only when it is not already
         events = events if bool((events[1:] >= events[:-1]).all()) else np.sort(events)
         counts += np.searchsorted(events, we) - np.searchsorted(events, ws)

@@ -94,11 +94,13 @@ def launch_rows(api_pid: np.ndarray, api_correlation: np.ndarray, pid: np.ndarra
     """For each (``pid``, ``correlation``), the first API row (in table order) of that process with that
     correlation id, ``-1`` if none. The API rows are read a ``chunk`` at a time against the sorted distinct keys
     asked for: no key, sort or index array as long as the API table."""
-    wanted = pid.astype(np.int64) << 32 | (correlation & 0xFFFFFFFF)
+    wanted = pid.astype(np.int64) << 32 | (correlation.astype(np.int64) & 0xFFFFFFFF)
     keys, inverse = np.unique(wanted, return_inverse=True)
     first = np.full(len(keys), -1, dtype=np.int64)
     for lo in range(0, len(api_pid) if len(keys) else 0, chunk):
-        key = api_pid[lo:lo + chunk].astype(np.int64) << 32 | (api_correlation[lo:lo + chunk] & 0xFFFFFFFF)
+        # widened first: an nsys export's ids may be int32 (schema.NARROW_IDS)
+        key = api_pid[lo:lo + chunk].astype(np.int64) << 32 | \
+            (api_correlation[lo:lo + chunk].astype(np.int64) & 0xFFFFFFFF)
         pos = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
         hit = np.flatnonzero(keys[pos] == key)
         at, head = np.unique(pos[hit], return_index=True)  # rows increase: the first of each key in the chunk

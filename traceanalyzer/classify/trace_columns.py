@@ -29,6 +29,17 @@ def _codes(strings: StringPool, values: list[str]) -> np.ndarray:
     return np.fromiter((strings.intern(v) for v in values), dtype=np.int32, count=len(values))
 
 
+#: Strings a trace's pool may still gain after classification (``refine_with_context`` interns four).
+_POOL_HEADROOM = 64
+
+
+def _per_row(strings: StringPool, codes: dict[str, np.ndarray], inverse: np.ndarray) -> dict[str, np.ndarray]:
+    """Class columns per row from per-class codes: int16 while the pool's ids (and the few it may still gain)
+    fit, else int32 (a class column is compared and looked up, never summed)."""
+    small = len(strings) + _POOL_HEADROOM <= np.iinfo(np.int16).max
+    return {k: (v.astype(np.int16) if small and v.dtype == np.int32 else v)[inverse] for k, v in codes.items()}
+
+
 def _unique_ids(ids: np.ndarray, pool_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct string ids (``-1`` allowed) and each row's index into them, in O(rows + pool) without a sort."""
     present = np.zeros(pool_size + 1, dtype=bool)
@@ -42,13 +53,13 @@ def classify_name_ids(strings: StringPool, ids: np.ndarray, rules: RuleSet) -> d
     """Per-row class columns for string-pool name ids (each distinct id classified once)."""
     unique_ids, inverse = _unique_ids(ids, len(strings))
     classes: list[KernelClass] = classify_many([strings[int(i)] if i >= 0 else "" for i in unique_ids], rules)
-    return {
-        "bucket_id": _codes(strings, [c.bucket for c in classes])[inverse],
-        "subbucket_id": _codes(strings, [c.subbucket for c in classes])[inverse],
-        "precision_id": _codes(strings, [c.precision for c in classes])[inverse],
-        "rule_id": _codes(strings, [c.rule for c in classes])[inverse],
-        "confidence_low": np.array([c.confidence == "low" for c in classes], dtype=bool)[inverse],
-    }
+    return _per_row(strings, {
+        "bucket_id": _codes(strings, [c.bucket for c in classes]),
+        "subbucket_id": _codes(strings, [c.subbucket for c in classes]),
+        "precision_id": _codes(strings, [c.precision for c in classes]),
+        "rule_id": _codes(strings, [c.rule for c in classes]),
+        "confidence_low": np.array([c.confidence == "low" for c in classes], dtype=bool),
+    }, inverse)
 
 
 def _memop_columns(trace: Trace, rules: RuleSet) -> dict[str, np.ndarray]:
@@ -83,11 +94,13 @@ def _memop_columns(trace: Trace, rules: RuleSet) -> dict[str, np.ndarray]:
         buckets.append(bucket)
         subs.append(sub)
     del unique_keys
-    return {"bucket_id": _codes(strings, buckets)[inverse], "subbucket_id": _codes(strings, subs)[inverse]}
+    return _per_row(strings, {"bucket_id": _codes(strings, buckets), "subbucket_id": _codes(strings, subs)},
+                    inverse)
 
 
 def classify_trace(trace: Trace, rules: Path | str | None = None) -> Trace:
-    """The trace with class columns added to ``kernels`` and ``memops`` (string-pool ids, int32).
+    """The trace with class columns added to ``kernels`` and ``memops`` (string-pool ids: int16 while the pool
+    has under 32,704 strings, else int32).
 
     kernels: ``bucket_id``, ``subbucket_id``, ``precision_id``, ``rule_id`` and ``confidence_low``;
     memops: ``bucket_id`` (communication for peer copies, else memory) and ``subbucket_id``.

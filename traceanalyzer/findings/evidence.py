@@ -310,6 +310,7 @@ def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarr
     order = np.argsort(ws, kind="stable")
     lo, hi = (int(s[0]), int(e[-1])) if len(s) else (0, 0)
     gs, ge = gaps((s, e), min(lo, int(ws.min())), max(hi, int(we.max())))
+    del s, e  # the union (built for this read: not cached after the device's analysis)
     gap_start, gap_end, window, _ = clip_to_windows(gs, ge, ws[order], we[order])
     return gap_start, gap_end, order[window]
 

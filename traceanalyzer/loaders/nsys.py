@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from ..schema import TABLES
+from ..schema import NARROW_IDS, TABLES, fits_int32
 from ..trace import StringPool, Table, Trace
 from .detect import API_SUBSET, NSYS, ProgressFn, open_regular
 from .limits import Window, check_memory, nsys_estimate, window_views
@@ -133,12 +133,14 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
                  ) -> tuple[dict[str, _Columns], dict[str, int]]:
     """The tables asked for, and (reading only the API rows a summary needs) the counts of API rows left out as
     impossible (:func:`~.nsys_api.read_needed_api_calls`)."""
-    cols: dict[str, _Columns] = {"kernels": read_kernels(ctx)}
+    # a summary's load (API_SUBSET) leaves out the kernels' short names: the name read is the demangled one,
+    # else the short one, and nothing after classification reads the short one
+    cols: dict[str, _Columns] = {"kernels": _narrowed(read_kernels(ctx, short_names=API_SUBSET not in want))}
     checked: dict[str, int] = {}
     if "memops" in want:
-        cols["memops"] = read_memops(ctx)
+        cols["memops"] = _narrowed(read_memops(ctx))
     if want & {"ranges", "collectives"}:
-        ranges = read_ranges(ctx, types)
+        ranges = _narrowed(read_ranges(ctx, types))
         if "ranges" in want:
             cols["ranges"] = ranges
         if "collectives" in want:
@@ -154,6 +156,15 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
     return cols, checked
 
 
+def _narrowed(data: _Columns) -> _Columns:
+    """``data`` with its id columns (:data:`~traceanalyzer.schema.NARROW_IDS`) int32 where every value fits, one
+    column at a time: read before the next table, so a big export's later reads find them narrow already."""
+    for key in NARROW_IDS & set(data):
+        if data[key].dtype != np.int32 and fits_int32(data[key]):
+            data[key] = data[key].astype(np.int32)
+    return data
+
+
 def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> np.ndarray:
     """(pid, device) pairs with kernels; without kernels, those with graph launches or memory operations."""
     if kernels and len(kernels["pid"]):
@@ -164,11 +175,15 @@ def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> n
 def _table(name: str, data: _Columns) -> Table:
     """A declared table from loader columns (consumed: each released once converted) without copying arrays that
     already have the declared dtype. An integer column the export lacks, or whose every value is ``-1``, takes no
-    memory: a read-only ``-1`` repeated (``np.broadcast_to``)."""
+    memory: a read-only ``-1`` repeated (``np.broadcast_to``). An id column (:data:`~traceanalyzer.schema.NARROW_IDS`)
+    whose every value fits is int32."""
     n = len(next(iter(data.values())))
     cols = {}
     for col in TABLES[name]:
-        values = np.asarray(data.pop(col.name), dtype=col.dtype) if col.name in data else None
+        values = data.pop(col.name) if col.name in data else None
+        narrow = values is not None and col.name in NARROW_IDS and fits_int32(values)
+        if values is not None:
+            values = np.asarray(values, dtype=np.int32 if narrow else col.dtype)
         if col.dtype.startswith("int") and (values is None or (n and values[0] == -1 and bool((values == -1).all()))):
             cols[col.name] = np.broadcast_to(np.array(-1, dtype=col.dtype), (n,))
         elif values is None:

@@ -55,20 +55,23 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
     exprs = ["start", 'IFNULL("end", start)', "IFNULL(globalTid, 0)", int_expr(table_cols, "correlationId"),
              int_expr(table_cols, "nameId")]
     read = [("start_ns", "i8"), ("end_ns", "i8"), ("global_tid", "i8"), ("correlation", "i8"), ("name_sid", "i8")]
-    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"),
+    # process and thread ids are 24 bits (PID_SQL, TID_SQL): int32 from the start, as the trace keeps them
+    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i4"), ("tid", "i4"), ("correlation", "i8"),
               ("name_sid", "i8")]
     expected = ctx.counts.get(RUNTIME, 0)
     # outputs preallocated at their largest size and filled in place: no per-chunk parts to concatenate, and the
     # rows never kept leave their pages untouched (a large np.empty is mapped, not resident, until written)
-    kept = _Filled([("row", "i8"), *fields], expected)
+    kept = _Filled([("row", "i8" if expected >= 1 << 31 else "i4"), *fields], expected)
     offsets = _Filled([("offset_ns", "i4")], expected)  # every call's start, 4 bytes each (.call_starts)
     blocks: list[_Columns] = []
     negative = beyond = row = 0
     for chunk in table_chunks(ctx.conn, RUNTIME, exprs, read, ctx.tick, plain=ctx.plain, expected=expected,
                               sources=["start", "end", "globalTid", "correlationId", "nameId"]):
         global_tid = chunk.pop("global_tid")
-        chunk = {"start_ns": chunk["start_ns"], "end_ns": chunk["end_ns"], "pid": (global_tid >> 24) & 0xFFFFFF,
-                 "tid": global_tid & 0xFFFFFF, "correlation": chunk["correlation"], "name_sid": chunk["name_sid"]}
+        chunk = {"start_ns": chunk["start_ns"], "end_ns": chunk["end_ns"],
+                 "pid": ((global_tid >> 24) & 0xFFFFFF).astype(np.int32),
+                 "tid": (global_tid & 0xFFFFFF).astype(np.int32), "correlation": chunk["correlation"],
+                 "name_sid": chunk["name_sid"]}
         s, e = chunk["start_ns"], chunk["end_ns"]
         bad_order = e < s
         outside = ((s < lo) | (s > hi) | (e > hi) | (e < lo)) & ~bad_order

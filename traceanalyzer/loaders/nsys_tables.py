@@ -97,8 +97,9 @@ def strip_api_version(name: str) -> str:
     return _API_SUFFIX.sub("", name)
 
 
-def read_kernels(ctx: ReadContext) -> _Columns:
-    """CUPTI_ACTIVITY_KIND_KERNEL → kernels columns (names via StringIds, grid/block as products)."""
+def read_kernels(ctx: ReadContext, short_names: bool = True) -> _Columns:
+    """CUPTI_ACTIVITY_KIND_KERNEL → kernels columns (names via StringIds, grid/block as products). The name is the
+    demangled one, else the short one; ``short_names=False`` leaves the short-name column out (-1)."""
     cols = ctx.schema.cols(KERNEL)
     if not cols:
         return {}
@@ -108,9 +109,10 @@ def read_kernels(ctx: ReadContext) -> _Columns:
     name = ("IFNULL(demangledName, IFNULL(shortName, -1))" if {"demangledName", "shortName"} <= cols
             else int_expr(cols, "demangledName", int_expr(cols, "shortName")))
     exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
-             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), name, int_expr(cols, "shortName"), graph,
+             int_expr(cols, "streamId"), int_expr(cols, "correlationId"), name,
+             int_expr(cols, "shortName") if short_names else "-1", graph,
              _product(cols, "gridX", "gridY", "gridZ"), _product(cols, "blockX", "blockY", "blockZ")]
-    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
+    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i4"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("name_sid", "i8"), ("short_sid", "i8"), ("graph_id", "i8"),
               ("grid", "i8"), ("block", "i8")]
     data = fetch_table(ctx.conn, KERNEL, exprs, fields, ctx.counts.get(KERNEL, 0), ctx.tick, plain=ctx.plain,
@@ -140,7 +142,7 @@ def _memcpy(ctx: ReadContext) -> _Columns:
     exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
              int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "copyKind", "0"),
              int_expr(cols, "bytes"), int_expr(cols, "srcDeviceId"), int_expr(cols, "dstDeviceId")]
-    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
+    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i4"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("copy_kind", "i8"), ("bytes", "i8"), ("src_device", "i4"),
               ("dst_device", "i4")]
     data = fetch_table(ctx.conn, MEMCPY, exprs, fields, ctx.counts.get(MEMCPY, 0), ctx.tick, plain=ctx.plain,
@@ -164,7 +166,7 @@ def _memset(ctx: ReadContext) -> _Columns:
     require_columns(cols, MEMSET, "start", "end")
     exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
              int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "bytes")]
-    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
+    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i4"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("bytes", "i8")]
     data = fetch_table(ctx.conn, MEMSET, exprs, fields, ctx.counts.get(MEMSET, 0), ctx.tick, plain=ctx.plain,
                        sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "bytes"])
@@ -326,7 +328,7 @@ def read_graph_launches(ctx: ReadContext) -> _Columns:
     require_columns(cols, GRAPH_TRACE, "start", "end")
     exprs = ["start", 'IFNULL("end", start)', PID_SQL.format(col="globalPid"), int_expr(cols, "deviceId"),
              int_expr(cols, "streamId"), int_expr(cols, "correlationId"), int_expr(cols, "graphId")]
-    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i8"), ("device", "i4"), ("stream", "i8"),
+    fields = [("start_ns", "i8"), ("end_ns", "i8"), ("pid", "i4"), ("device", "i4"), ("stream", "i8"),
               ("correlation", "i8"), ("graph_id", "i8")]
     return sorted_by_start(fetch_table(
         ctx.conn, GRAPH_TRACE, exprs, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, plain=ctx.plain,
