@@ -277,16 +277,13 @@ def api_span_within(trace: Trace, starts: np.ndarray, ends: np.ndarray, threads:
     return first_start, last_end
 
 
-def _waiting_gaps(act: DeviceActivity, launch_end: np.ndarray, launch_bound: np.ndarray
+def _waiting_gaps(start: np.ndarray, idle_from: np.ndarray, launch_end: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Launch end (sorted) and cumulative idle gap of the launch-bound kernels (``launch_end`` of those kernels):
-    only they wait for the host, so the others, gaps of 0, are left out of the sums' axis."""
-    start = act.kernels["start_ns"][launch_bound]
-    b_start, b_end = act.busy
-    pos = np.searchsorted(b_start, start, side="right") - 1
-    prev_end = np.where(pos >= 1, b_end[np.maximum(pos - 1, 0)], start) if len(b_end) else start
+    """Launch end (sorted) and cumulative idle gap of the launch-bound kernels (their ``start``, the end of the
+    busy stretch before each, ``idle_from``, and their ``launch_end``): only they wait for the host, so the others,
+    gaps of 0, are left out of the sums' axis."""
     order = np.argsort(launch_end, kind="stable")
-    return launch_end[order], np.concatenate(([0], np.cumsum((start - prev_end)[order]))).astype(np.int64)
+    return launch_end[order], np.concatenate(([0], np.cumsum((start - idle_from)[order]))).astype(np.int64)
 
 
 def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
@@ -297,22 +294,25 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     api = trace.api_calls
     linked = act.launch_row >= 0
     start = k["start_ns"]
-    b_start = act.busy[0]
+    b_start, b_end = act.busy  # built for this read (a summary's device analysis let it go): read once
     pos = np.searchsorted(b_start, start, side="right") - 1
     # no busy interval at all when every kernel lasted 0 ns: then no kernel opened one after idle time
     launch_bound = (pos >= 0) & (b_start[np.maximum(pos, 0)] == start) if len(b_start) else \
         np.zeros(len(k), dtype=bool)
-    del pos
     launch_bound &= linked
+    bound = np.flatnonzero(launch_bound)
+    # where each one's wait began: the end of the busy stretch before it (its own start when none)
+    before = pos[bound] - 1
+    idle_from = np.where(before >= 0, b_end[np.maximum(before, 0)], start[bound]) if len(b_end) else start[bound]
+    del pos, before, b_start, b_end
     if len(api):
-        maybe = np.flatnonzero(launch_bound)
-        launch_end = api["end_ns"][act.launch_row[maybe]]
-        slack_ok = start[maybe] - launch_end <= LAUNCH_SLACK_NS
-        launch_bound[maybe[~slack_ok]] = False
-        launch_end = launch_end[slack_ok]
+        launch_end = api["end_ns"][act.launch_row[bound]]
+        slack_ok = start[bound] - launch_end <= LAUNCH_SLACK_NS
+        launch_bound[bound[~slack_ok]] = False
+        launch_end, idle_from, bound = launch_end[slack_ok], idle_from[slack_ok], bound[slack_ok]
     else:
         launch_bound[:] = False
-        launch_end = np.empty(0, dtype=np.int64)
+        launch_end = idle_from = bound = np.empty(0, dtype=np.int64)
 
     comm = np.flatnonzero(act.kernel_is_comm)  # the kernels whose issue is read (what_if._instances)
     c_linked = linked[comm]
@@ -354,7 +354,7 @@ def host_evidence(trace: Trace, act: DeviceActivity) -> HostEvidence:
     call_owner = np.where(whole, outer, owner)
     source = np.where(has_op, "cpu_op", np.where(c_linked, "launch_api", "none"))
 
-    anchor, cumsum = _waiting_gaps(act, launch_end, launch_bound)
+    anchor, cumsum = _waiting_gaps(start[bound], idle_from, launch_end)
     sync = np.flatnonzero(np.isin(api["name_id"], _ids_matching(trace, api["name_id"], HOST_SYNC)))
     launching = distinct(thread_key(act.launch_pid[linked], act.launch_tid[linked]))
     sync = sync[np.isin(thread_key(api["pid"][sync], api["tid"][sync]), launching)]

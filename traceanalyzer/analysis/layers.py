@@ -306,7 +306,7 @@ def layer_table(act: DeviceActivity, steps: pd.DataFrame, layer_pattern: str | N
         return _empty(act)
     table, row = found
     del found
-    act.forget(*LAUNCH_COLUMNS)  # read to find the layers; not held through the per-layer unions
+    act.forget(*LAUNCH_COLUMNS, "busy")  # read to find the steps and layers; not held through the unions below
     order = np.argsort(array_of(table, "start_ns"), kind="stable")
     # the row of each kernel, kept with the summary: int32 (a table of fewer than 2**31 layers)
     rank_of = np.empty(len(order), dtype=np.int32)
