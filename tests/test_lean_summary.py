@@ -15,7 +15,7 @@ from traceanalyzer.analysis.activity import LAUNCH_COLUMNS, gather
 from traceanalyzer.classify.rules import rule_set
 from traceanalyzer.classify.trace_columns import classify_name_ids
 from traceanalyzer.pipeline import load_for_summary
-from traceanalyzer.schema import NARROW_IDS, fits_int32
+from traceanalyzer.schema import NARROW_IDS, fits_int16, fits_int32
 from traceanalyzer.stages import MAP_ONLY_TABLES
 from traceanalyzer.testing.synth_nsys import write_nsys_export
 from traceanalyzer.trace import StringPool
@@ -38,7 +38,8 @@ def _summary_json(path: Path) -> str:
     return json.dumps(out, sort_keys=True, default=str).replace(path.name, "trace.sqlite")
 
 
-def test_fits_int32() -> None:
+def test_fits_int16_and_int32() -> None:
+    assert fits_int16(np.array([-1, 32_767])) and not fits_int16(np.array([32_768]))
     assert fits_int32(np.array([-1, 2**31 - 1], dtype=np.int64))
     assert not fits_int32(np.array([2**31], dtype=np.int64))
     assert not fits_int32(np.array([-(2**31) - 1], dtype=np.int64))
@@ -58,6 +59,9 @@ def test_id_columns_are_int32_where_they_fit_and_int64_where_not(tmp_path: Path)
     assert big.kernels["stream"].dtype == np.int64 and big.kernels["correlation"].dtype == np.int64
     assert int(big.kernels["stream"][0]) == BIG
     assert big.kernels["pid"].dtype == np.int32  # 24 bits in an nsys export, whatever else is wide
+    for name in ("kernels", "api_calls"):  # ranks and GPU indices: int16
+        assert small.tables[name]["rank"].dtype == np.int16
+    assert small.kernels["device"].dtype == np.int16
     # the same trace but for the correlation ids' width (int32 here, int64 there): the same summary
     assert _summary_json(tmp_path / "small.sqlite") == _summary_json(tmp_path / "wide_correlation.sqlite")
     assert ta.summary(tmp_path / "big.sqlite").devices[0].comm_streams == [BIG]
@@ -111,6 +115,32 @@ def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
     released = _summarize(owned, SummaryOptions(), {}, own=True)
     for name in MAP_ONLY_TABLES:
         assert len(owned[0].tables[name]) == 0
-    assert owned[0].capabilities["api_starts_released"]
+    assert owned[0].capabilities["api_starts_released"] == "all"
     assert json.dumps(released.to_json(), sort_keys=True, default=str) == kept
     assert all(d.host_events is not None for d in released.devices)
+
+
+def test_without_rank_keeps_the_other_ranks_counts() -> None:
+    from traceanalyzer.call_starts import counts_between, decoded, start_blocks, without_rank
+
+    rng = np.random.default_rng(7)
+    parts, offsets, row = [], [], 0
+    for _ in range(3):  # chunks of calls of three processes (ranks 0, 1, 2), as the loader reads them
+        pid = rng.integers(0, 3, 500)
+        start = rng.integers(0, 5 * 2**31, 500)  # past one block's span: several blocks per process
+        block, offset = start_blocks(start, pid, row)
+        block["rank"] = block["pid"].astype(np.int32)
+        parts.append(block)
+        offsets.append(offset)
+        row += len(offset)
+    blocks = {k: np.concatenate([b[k] for b in parts]) for k in parts[0]}
+    flat = np.concatenate(offsets)
+    lo = np.sort(rng.integers(0, 5 * 2**31, 50))
+    hi = lo + rng.integers(0, 2**31, 50)
+    kept, rest = without_rank(blocks, flat, 1)
+    assert len(rest) == int(blocks["rows"][blocks["rank"] != 1].sum())
+    assert not (kept["rank"] == 1).any()
+    for rank in (0, 2):
+        assert counts_between(kept, rest, rank, lo, hi).tolist() == counts_between(blocks, flat, rank, lo, hi).tolist()
+        assert np.array_equal(np.sort(decoded(kept, rest, rank)), np.sort(decoded(blocks, flat, rank)))
+    assert counts_between(kept, rest, 1, lo, hi).sum() == 0

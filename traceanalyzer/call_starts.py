@@ -85,3 +85,18 @@ def decoded(blocks: Columns, offsets: np.ndarray, rank: int | None = None) -> np
     parts = [blocks["start_ns"][i] + offsets[blocks["first"][i]:blocks["first"][i] + blocks["rows"][i]]
              .astype(np.int64) for i in sel.tolist()]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def without_rank(blocks: Columns, offsets: np.ndarray, rank: int) -> tuple[_Columns, np.ndarray]:
+    """The blocks and offsets less ``rank``'s calls: its blocks dropped, the other blocks' calls moved up (in the
+    order of their positions), as a summary lets go of a rank's starts once its devices are analysed."""
+    names = ("start_ns", "pid", "rank", "first", "rows")
+    keep = np.flatnonzero(np.asarray(blocks["rank"]) != rank)
+    keep = keep[np.argsort(np.asarray(blocks["first"])[keep], kind="stable")]
+    first, rows = np.asarray(blocks["first"])[keep], np.asarray(blocks["rows"])[keep]
+    taken = np.zeros(len(offsets), dtype=bool)
+    for at, n in zip(first.tolist(), rows.tolist(), strict=True):  # a loop over blocks, not calls
+        taken[at:at + n] = True
+    kept = {name: np.asarray(blocks[name])[keep] for name in names}
+    kept["first"] = np.concatenate(([0], np.cumsum(rows)[:-1])).astype(np.int64) if len(rows) else rows
+    return kept, offsets[taken]

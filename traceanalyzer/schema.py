@@ -43,8 +43,8 @@ TABLES: dict[str, list[Column]] = {
         _c("correlation", "int64", "", "correlation id linking to the launching host API call"),
         _c("external_id", "int64", "", "Kineto External id linking to the CPU op, -1 if none"),
         _c("name_id", "int32", "", "full (demangled) kernel name", string=True),
-        _c("short_name_id", "int32", "", "nsys shortName, -1 if the format has none or the trace was read for a summary (which reads "
-           "name_id: the demangled name, else the short one)", string=True),
+        _c("short_name_id", "int32", "", "nsys shortName, -1 if the format has none or the trace was read for a "
+           "summary (which reads name_id: the demangled name, else the short one)", string=True),
         _c("graph_id", "int64", "", "CUDA graph id (node-level graph capture), -1 if not from a graph"),
         _c("grid", "int64", "threads", "grid size in blocks (x*y*z), -1 if unknown"),
         _c("block", "int64", "threads", "block size in threads (x*y*z), -1 if unknown"),
@@ -137,6 +137,19 @@ TABLES: dict[str, list[Column]] = {
 NARROW_IDS = frozenset({"pid", "tid", "stream", "correlation", "grid", "block", "graph_id"})
 
 
+#: Small-valued columns a loader may store as int16 where every value fits (the nsys loader does): ranks and GPU
+#: indices, compared and grouped, never combined arithmetically without widening.
+NARROW_SMALL = frozenset({"rank", "device"})
+
+
+def fits_int16(values: np.ndarray) -> bool:
+    """Whether every value of an integer array fits in int16 (an empty one does)."""
+    if values.dtype.kind not in "iu":
+        return False
+    info = np.iinfo(np.int16)
+    return not len(values) or (info.min <= int(values.min()) and int(values.max()) <= info.max)
+
+
 def fits_int32(values: np.ndarray) -> bool:
     """Whether every value of an integer array fits in int32 (an empty one does)."""
     if values.dtype.kind not in "iu":
@@ -164,8 +177,9 @@ def schema_markdown() -> str:
     lines = ["# Trace tables", "",
              "Every time is integer nanoseconds. The id columns " + ", ".join(f"`{n}`" for n in sorted(NARROW_IDS))
              + " are int64, or int32 where every value of the table's column fits (the nsys loader stores them so; "
-             "an nsys export's process and thread ids are 24 bits). Code that combines two ids into one key widens "
-             "them first. The classifier's columns (`bucket_id`, `subbucket_id`, `precision_id`, `rule_id`) are "
+             "an nsys export's process and thread ids are 24 bits); likewise `rank` and `device` are int32, or "
+             "int16 where every value fits. Code that combines two ids into one key widens them first. The "
+             "classifier's columns (`bucket_id`, `subbucket_id`, `precision_id`, `rule_id`) are "
              "string ids, int16 while the trace's string pool has under 32,704 strings, else int32.", ""]
     for table, cols in TABLES.items():
         lines += [f"## `{table}`", "", "| column | dtype | unit | meaning |", "|---|---|---|---|"]

@@ -55,15 +55,37 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
     from .analysis.gpu_metrics import aggregate_gpu_metrics
     from .analysis.summary import device_pairs, trace_meta
 
-    devices = [analyze_device(trace, rank, device, options=options) for rank, device in device_pairs(trace)]
+    pairs = device_pairs(trace)
+    devices = []
+    for i, (rank, device) in enumerate(pairs):
+        devices.append(analyze_device(trace, rank, device, options=options))
+        if release and len(trace.api_starts) and all(r != rank for r, _ in pairs[i + 1:]):
+            _release_starts(trace, rank)  # the rank's last device: its calls' starts were counted
     metrics = aggregate_gpu_metrics(trace).assign(trace=str(trace.path)) if len(trace.gpu_metrics) else None
-    if release and any(len(trace.tables[name]) for name in MAP_ONLY_TABLES if name in trace.tables):
-        for name in MAP_ONLY_TABLES:
-            trace.tables[name] = Table.empty(name)
-        trace.capabilities["api_starts_released"] = True
+    if release:
+        _release_starts(trace, None)
     return TracePart(header=trace.header(), meta=trace_meta(trace), devices=devices,
                      gpu_metrics=metrics if metrics is not None and len(metrics) else None,
                      warnings=list(trace.warnings))
+
+
+def _release_starts(trace: Trace, rank: int | None) -> None:
+    """Let go of the API call starts (:data:`MAP_ONLY_TABLES`) of ``rank``, or of every rank with ``None``."""
+    from .call_starts import without_rank
+
+    if not any(len(trace.tables[name]) for name in MAP_ONLY_TABLES if name in trace.tables):
+        return
+    released = trace.capabilities.setdefault("api_starts_released", [])  # the ranks let go, or "all"
+    if rank is None:
+        for name in MAP_ONLY_TABLES:
+            trace.tables[name] = Table.empty(name)
+        trace.capabilities["api_starts_released"] = "all"
+    else:
+        blocks, offsets = without_rank(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], rank)
+        trace.tables["api_start_blocks"] = Table("api_start_blocks", blocks)
+        trace.tables["api_starts"] = Table("api_starts", {"offset_ns": offsets})
+        if isinstance(released, list):
+            released.append(int(rank))
 
 
 class TraceWork(Protocol):

@@ -248,11 +248,11 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
                         f"steps from {steps['source'].iloc[0]} instead")
     skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
+    lo, hi = act.span  # from the busy union the steps were found with (the layers let it go)
+    busy_ns = iv.lengths_sum(act.busy)
     layers = layer_table(act, steps, layer_pattern, numbers="layer_numbers" not in skip) if layers is None \
         else layers
     act.forget(*LAUNCH_COLUMNS)  # read by the steps and layers only: not held through the unions below
-    lo, hi = act.span
-    busy_ns = iv.lengths_sum(act.busy)
     hidden, exposed = iv.split(act.comm, act.compute)
     collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
     act.forget("compute")  # read above for the last time in a summary

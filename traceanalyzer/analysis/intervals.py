@@ -52,12 +52,11 @@ def _merged(s: np.ndarray, reach: np.ndarray) -> Intervals:
     new = np.empty(len(s), dtype=bool)
     new[0] = True
     np.greater(s[1:], reach[:-1], out=new[1:])
-    first = np.flatnonzero(new)
-    del new
-    starts = s[first]
-    first[:-1] = first[1:] - 1  # now the last interval of each merged one
-    first[-1] = len(s) - 1
-    return starts, reach[first]
+    starts = s[new]  # selected by the mask: no index array as long as the union
+    last = new  # the last interval of each merged one: the one before the next new one
+    last[:-1] = new[1:]
+    last[-1] = True
+    return starts, reach[last]
 
 
 def merge_unions(a: Intervals, b: Intervals) -> Intervals:
@@ -318,7 +317,7 @@ def window_of(points: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray) 
         return np.full(t.shape, -1, dtype=np.int64)
     k = np.searchsorted(ws, t, side="right") - 1
     ok = (k >= 0) & (t < we[np.maximum(k, 0)])
-    return np.where(ok, k, -1).astype(np.int64)
+    return np.where(ok, k, -1).astype(np.int64, copy=False)
 
 
 def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Intervals:

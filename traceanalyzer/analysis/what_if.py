@@ -90,11 +90,15 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None
         ids, _, by_dur, first = sorted_runs(kernel[~beside], dur[~beside])
         base[ids] = run_quantile(by_dur, first, 0.5)  # the median, as pandas' group-by takes it
     of_kernel = base[kernel]
+    del kernel
     # multiples of 0.5 ns: sums of them are exact in any order
     excess = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
+    del of_kernel, dur, beside  # each as long as the compute kernels
     order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
     win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
+    del s
     step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
+    del win
     steps = np.unique(step)
     total = np.bincount(np.searchsorted(steps, step), weights=excess, minlength=len(steps))
     return pd.Series(total[steps >= 0].astype(np.int64), index=steps[steps >= 0])

@@ -75,8 +75,9 @@ def host_event_counts(trace: Trace, rank: int, per: pd.DataFrame) -> tuple[np.nd
     """Per step of a device's ``per_step`` table (its ids, and a count each): the rank's host events a profiler
     records — Kineto ``cpu_op`` ranges and CUDA API calls — starting in the step window. Computed with the device's
     analysis (``DeviceSummary.host_events``): an nsys export's call starts are not kept past it."""
-    if trace.capabilities.get("api_starts_released"):
-        raise ValueError(f"{trace.path}: the API call starts were released after the map step")
+    released = trace.capabilities.get("api_starts_released", [])
+    if released == "all" or rank in released:
+        raise ValueError(f"{trace.path}: rank {rank}'s API call starts were let go after its analysis")
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     ws, we = array_of(per, "start_ns", np.int64), array_of(per, "end_ns", np.int64)

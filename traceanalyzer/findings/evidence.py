@@ -133,8 +133,11 @@ class DeviceEvidence:
         about as many as the device's kernels, are not kept)."""
         gaps = _device_gaps(self.trace, self._dev)
         gs, ge, window = gaps
-        short = (ge - gs) < self.long_gap_min_ns
-        idle = per_step_median(steps(self._dev), window[short], (ge - gs)[short])
+        length = ge - gs
+        # the short gaps' lengths summed per step: the long ones weigh 0 (no copies of the short ones selected)
+        length[length >= self.long_gap_min_ns] = 0
+        idle = per_step_median(steps(self._dev), window, length)
+        del length
         return (idle, pct_of_step(self._dev, idle) or 0.0), gaps_with_cause(self.trace, self._dev,
                                                                              self.long_gap_min_ns, gaps)
 

@@ -50,7 +50,10 @@ def per_step_median(n_steps: int, step_idx: np.ndarray, values: np.ndarray) -> i
     """Median over ``n_steps`` steps of the per-step sum of ``values`` (steps without any row count as 0);
     rows with a negative step index are ignored."""
     ok = step_idx >= 0
-    sums = np.bincount(step_idx[ok], weights=np.asarray(values, dtype=np.float64)[ok], minlength=n_steps)
+    weights = np.asarray(values, dtype=np.float64)
+    if not ok.all():  # else the rows as they are: no copies of them all
+        step_idx, weights = step_idx[ok], weights[ok]
+    sums = np.bincount(step_idx, weights=weights, minlength=n_steps)
     return int(np.median(sums)) if len(sums) else 0
 
 

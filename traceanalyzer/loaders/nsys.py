@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInputError, CorruptFileError, UnknownFormatError
-from ..schema import NARROW_IDS, TABLES, fits_int32
+from ..schema import NARROW_IDS, NARROW_SMALL, TABLES, fits_int16, fits_int32
 from ..trace import StringPool, Table, Trace
 from .detect import API_SUBSET, NSYS, ProgressFn, open_regular
 from .limits import Window, check_memory, nsys_estimate, window_views
@@ -156,12 +156,23 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
     return cols, checked
 
 
+def _narrowest(name: str, values: np.ndarray) -> type[np.integer] | None:
+    """The dtype a column ``name`` is stored in where every value fits a narrower one than declared: int32 for an
+    id (:data:`~traceanalyzer.schema.NARROW_IDS`), int16 for a rank or GPU index (``NARROW_SMALL``); else None."""
+    if name in NARROW_SMALL and fits_int16(values):
+        return np.int16
+    if name in NARROW_IDS and fits_int32(values):
+        return np.int32
+    return None
+
+
 def _narrowed(data: _Columns) -> _Columns:
-    """``data`` with its id columns (:data:`~traceanalyzer.schema.NARROW_IDS`) int32 where every value fits, one
-    column at a time: read before the next table, so a big export's later reads find them narrow already."""
-    for key in NARROW_IDS & set(data):
-        if data[key].dtype != np.int32 and fits_int32(data[key]):
-            data[key] = data[key].astype(np.int32)
+    """``data`` with its id, rank and device columns as narrow as :func:`_narrowest` allows, one column at a time:
+    read before the next table, so a big export's later reads find them narrow already."""
+    for key in list(data):
+        dtype = _narrowest(key, data[key])
+        if dtype is not None and data[key].dtype != dtype:
+            data[key] = data[key].astype(dtype)
     return data
 
 
@@ -181,9 +192,8 @@ def _table(name: str, data: _Columns) -> Table:
     cols = {}
     for col in TABLES[name]:
         values = data.pop(col.name) if col.name in data else None
-        narrow = values is not None and col.name in NARROW_IDS and fits_int32(values)
         if values is not None:
-            values = np.asarray(values, dtype=np.int32 if narrow else col.dtype)
+            values = np.asarray(values, dtype=_narrowest(col.name, values) or col.dtype)
         if col.dtype.startswith("int") and (values is None or (n and values[0] == -1 and bool((values == -1).all()))):
             cols[col.name] = np.broadcast_to(np.array(-1, dtype=col.dtype), (n,))
         elif values is None:
