@@ -77,7 +77,7 @@ def test_estimates_grow_with_rows_and_bytes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("trace", [NSYS, KINETO])
 def test_too_little_memory_stops_before_loading_and_names_window(trace: Path) -> None:
-    done = _cli("summary", str(trace), env={"TRACEANALYZER_MEMORY_LIMIT": "1M"})
+    done = _cli("summary", str(trace), env={"TRACEANALYZER_MEMORY_LIMIT": "500K"})
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--window" in lines[0] and "MiB available" in lines[0]
@@ -88,7 +88,7 @@ def test_a_window_that_fits_the_memory_loads() -> None:
     con = sqlite3.connect(f"file:{NSYS}?mode=ro", uri=True)
     lo = con.execute("SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     window = f"{lo / 1e9}:{lo / 1e9 + 0.05}"
-    budget = {"TRACEANALYZER_MEMORY_LIMIT": "1M"}  # the whole export needs about 1.2 MB, 50 ms of it far less
+    budget = {"TRACEANALYZER_MEMORY_LIMIT": "500K"}  # the whole export needs about 0.75 MB, 50 ms of it far less
     assert _cli("summary", str(NSYS), env=budget).returncode == 2
     done = _cli("summary", "--json", str(NSYS), "--window", window, env=budget)
     assert done.returncode == 0, done.stderr

@@ -28,8 +28,8 @@ from ..trace import Trace
 # docs/SCALE.md): about 1.2x the measured peak there. A summary reads only the API calls it needs
 # (loaders.nsys_api): "api_needed" counts one per kernel or memory operation (their launches), "api_starts" every
 # API row (each call's start is kept, 4 bytes); "api_calls" is a load of every API row.
-NSYS_BYTES_PER_ROW = {"kernels": 240, "memops": 120, "ranges": 120, "api_calls": 150, "api_needed": 85,
-                      "api_starts": 10, "graph_launches": 150, "gpu_metrics": 60}
+NSYS_BYTES_PER_ROW = {"kernels": 150, "memops": 75, "ranges": 75, "api_calls": 150, "api_needed": 55,
+                      "api_starts": 6, "graph_launches": 150, "gpu_metrics": 60}
 KINETO_BYTES_PER_JSON_BYTE = 2.5  # peak RSS / uncompressed JSON size, with headroom (docs/SCALE.md)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
