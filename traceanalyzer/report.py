@@ -36,7 +36,7 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     """
     from .analysis.summary import SummaryOptions
     from .output import check_output, write_output
-    from .pipeline import load_for_summary, summarize
+    from .pipeline import _summarize, load_for_summary
     from .render.html import render_html
 
     if not paths:
@@ -46,7 +46,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     check_output(target, inputs)
     traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
                               window=window)
-    summary = summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                               gpu_log=gpu_log, jobs=jobs))
+    # traces loaded here: what only the map step reads is let go after it (pipeline._summarize)
+    summary = _summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
+                                                gpu_log=gpu_log, jobs=jobs), {}, own=True)
     write_output(render_html(summary, traces, cdn=cdn), target, inputs=inputs)
     return target, summary
