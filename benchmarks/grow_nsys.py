@@ -90,9 +90,11 @@ def _columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in con.execute(f'PRAGMA table_info("{table}")')]
 
 
-def measure(path: Path, rounds: int, nsys_ai: str | None) -> None:
+def measure(path: Path, rounds: int, nsys_ai: str | None, other: str | None = None) -> None:
     commands = {"traceanalyzer summary --json": [TA, "summary", "--json", str(path)],
                 "fetch (sqlite3 → numpy)": [sys.executable, "-c", FETCH, str(path)]}
+    if other:  # another build's console script (e.g. an older checkout's venv), measured in the same rounds
+        commands[f"{other} summary --json"] = [other, "summary", "--json", str(path)]
     if nsys_ai:
         commands["nsys-ai diagnose"] = [nsys_ai, "diagnose", str(path)]
     results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
@@ -115,12 +117,13 @@ def main() -> int:
     parser.add_argument("--source", type=Path, default=SOURCE)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--nsys-ai", help="path of an nsys-ai 0.3.0 executable (own venv)")
+    parser.add_argument("--other", help="path of another build's traceanalyzer executable, measured alongside")
     args = parser.parse_args()
     if args.what == "grow":
         grow(args.path, args.times, args.source)
         print(f"{args.path}: {args.path.stat().st_size / 1e6:.0f} MB")
     else:
-        measure(args.path, args.rounds, args.nsys_ai)
+        measure(args.path, args.rounds, args.nsys_ai, args.other)
     return 0
 
 
