@@ -82,32 +82,37 @@ class DeviceActivity:
     @_derived
     def launch_ns(self) -> np.ndarray:
         """Host launch time per kernel (start of the launching API call), -1 when unlinked."""
-        return _via(self.launch_row, self.trace.api_calls["start_ns"])
+        return self._launch(self.launch_row, "start_ns")
 
     @_derived
     def launch_pid(self) -> np.ndarray:
         """Process of the launching call per kernel, -1 when unlinked (int32 where every one fits)."""
-        return _narrow(_via(self.launch_row, self.trace.api_calls["pid"]))
+        return self._launch(self.launch_row, "pid")
 
     @_derived
     def launch_tid(self) -> np.ndarray:
         """Thread of the launching call per kernel, -1 when unlinked (int32 where every one fits)."""
-        return _narrow(_via(self.launch_row, self.trace.api_calls["tid"]))
+        return self._launch(self.launch_row, "tid")
 
     @_derived
     def memop_launch_ns(self) -> np.ndarray:
         """:attr:`launch_ns` of the memops."""
-        return _via(self.memop_launch_row, self.trace.api_calls["start_ns"])
+        return self._launch(self.memop_launch_row, "start_ns")
 
     @_derived
     def memop_launch_pid(self) -> np.ndarray:
         """:attr:`launch_pid` of the memops."""
-        return _narrow(_via(self.memop_launch_row, self.trace.api_calls["pid"]))
+        return self._launch(self.memop_launch_row, "pid")
 
     @_derived
     def memop_launch_tid(self) -> np.ndarray:
         """:attr:`launch_tid` of the memops."""
-        return _narrow(_via(self.memop_launch_row, self.trace.api_calls["tid"]))
+        return self._launch(self.memop_launch_row, "tid")
+
+    def _launch(self, rows: np.ndarray, column: str) -> np.ndarray:
+        """``api_calls[column]`` of the launching call at each of ``rows`` (-1 where unlinked); ids narrowed."""
+        values = _via(rows, self.trace.api_calls[column])
+        return values if column == "start_ns" else _narrow(values)
 
     def forget(self, *names: str) -> None:
         """Drop the cached derived columns ``names`` (of :data:`LAUNCH_COLUMNS`, ``busy``, ``compute``); a later
@@ -245,12 +250,9 @@ def gather(trace: Trace, rank: int, device: int) -> DeviceActivity:
                     np.r_[kernels["end_ns"][k_comm], memops["end_ns"][m_comm]])
     rows = _narrow(launch_rows(trace, kernels))
     m_rows = _narrow(launch_rows(trace, memops))
-    act = DeviceActivity(trace, rank, device, np.empty(0, dtype=np.int64), kernels, memops, k_comm, m_comm, rows,
-                         m_rows, comm)
-    launch_pid = act.launch_pid
-    act.pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]),
-                               distinct(launch_pid[launch_pid >= 0])])
-    return act
+    launch_pid = trace.api_calls["pid"][rows[rows >= 0]] if len(trace.api_calls) else np.empty(0, dtype=np.int64)
+    pids = np.unique(np.r_[distinct(kernels["pid"]), distinct(memops["pid"]), distinct(launch_pid[launch_pid >= 0])])
+    return DeviceActivity(trace, rank, device, pids, kernels, memops, k_comm, m_comm, rows, m_rows, comm)
 
 
 #: The derived launch columns of :class:`DeviceActivity` (each as long as the device's kernels or memops).
