@@ -238,13 +238,13 @@ def test_shared_inputs_exist_and_runs_index_them(shared_data: Path):
 
 
 def _trace_files(root: Path) -> set[Path]:
-    """Every trace file under ``root`` (sidecars such as truth files and PROVENANCE notes excluded)."""
+    """Every trace file under ``root`` (sidecars such as truth files, expect.json and PROVENANCE notes excluded)."""
     found = set()
     for p in root.rglob("*"):
         name = p.name.lower()
         if not p.is_file() or not name.endswith(TRACE_SUFFIXES) or name.startswith(".") or name.startswith("truth_"):
             continue
-        if name.endswith(".truth.json") or "truth" in p.relative_to(root).parts:
+        if name.endswith(".truth.json") or name == "expect.json" or "truth" in p.relative_to(root).parts:
             continue
         found.add(p.resolve())
     return found
