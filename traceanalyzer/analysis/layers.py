@@ -51,6 +51,7 @@ LAYER_COLUMNS = ["step", "layer", "name", "start_ns", "end_ns", "duration_ns", "
                  "compute_ns"]
 MAX_COLLECTIVES_PER_LAYER = 16
 MIN_SIGNATURE_MATCH = 0.9
+SAME_PART = 0.75  # share of kernel positions (or names) two layers of one model have in common
 _DIGITS = re.compile(r"(\d+)(?!.*\d)")
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 
@@ -173,6 +174,53 @@ def _order_axis(act: DeviceActivity) -> np.ndarray:
     return act.kernels["start_ns"]
 
 
+def _segments(act: DeviceActivity, axis: np.ndarray, comm_rows: np.ndarray) -> list[np.ndarray]:
+    """The kernel names issued before each collective since the previous one of its step (on the order axis)."""
+    seq = np.flatnonzero(axis >= 0)
+    seq = seq[np.argsort(axis[seq], kind="stable")]
+    at = np.searchsorted(axis[seq], axis[comm_rows])
+    begin = np.r_[0, at[:-1] + 1]  # a step's first segment holds what came before it too (its prologue)
+    names = np.asarray(act.kernels["name_id"])[seq]
+    return [names[b:e] for b, e in zip(begin.tolist(), at.tolist(), strict=True)]
+
+
+def _layers_in_period(segments: list[np.ndarray], local: np.ndarray, step_of: np.ndarray, p: int) -> int:
+    """Layers in one period of ``p`` collectives: the largest ``m`` dividing ``p`` whose ``m`` parts (``p / m``
+    collectives each) repeat the same kernels at ≥ ``SAME_PART`` of positions in ≥ ``MIN_SIGNATURE_MATCH`` of
+    the periods (layer types that alternate, e.g. sliding and full attention, make a period of two layers)."""
+    for m in range(p, 1, -1):
+        if p % m:
+            continue
+        d = p // m
+        ok = total = 0
+        for i in range(p, len(segments) - p + 1, p):  # whole periods after a step's first
+            if step_of[i] != step_of[i + p - 1] or local[i] < p:
+                continue
+            parts = [np.concatenate(segments[i + j * d:i + (j + 1) * d]) for j in range(m)]
+            total += 1
+            ok += all(len(x) == len(parts[0]) and len(x) and float(np.mean(x == parts[0])) >= SAME_PART
+                      for x in parts[1:])
+        if total and ok >= MIN_SIGNATURE_MATCH * total:
+            return m
+    return 1
+
+
+def _leading_collectives(segments: list[np.ndarray], local: np.ndarray, step_of: np.ndarray, p: int) -> int:
+    """Collectives at the start of each step that belong to no layer (an all-reduce right after the embedding):
+    the smallest ``o`` < ``p`` whose segment holds the names of the same phase one layer later, in most steps."""
+    firsts = np.flatnonzero(local == 0)
+    for o in range(p):
+        held = []
+        for f in firsts.tolist():
+            a, b = f + o, f + o + p
+            if b < len(segments) and step_of[b] == step_of[f]:
+                later = set(segments[b].tolist())
+                held.append(len(later & set(segments[a].tolist())) >= SAME_PART * max(len(later), 1))
+        if not held or np.mean(held) >= 0.5:
+            return o
+    return 0
+
+
 def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     k = act.kernels
     axis = _order_axis(act)
@@ -192,19 +240,28 @@ def _from_collective_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[p
     p = _period(sig, local, comm_step)
     if p is None:
         return None
-    per_step = np.bincount(comm_step) // p
+    segments = _segments(act, axis, comm_rows)
+    p = p // _layers_in_period(segments, local, comm_step, p)
+    offset = _leading_collectives(segments, local, comm_step, p)
+    per_step = np.bincount(comm_step[local >= offset]) // p
     if np.median(per_step[per_step > 0]) < 2:
         return None  # one layer's worth of collectives per step: no repeating layer
-    layer = local // p
-    last_of_layer = np.concatenate(((layer[1:] != layer[:-1]) | (comm_step[1:] != comm_step[:-1]), [True]))
-    idx_last = np.flatnonzero(last_of_layer)
+    layer = np.where(local >= offset, (local - offset) // p, -1)
+    in_layer = np.flatnonzero(layer >= 0)
+    nxt_differs = np.r_[(layer[in_layer][1:] != layer[in_layer][:-1])
+                        | (comm_step[in_layer][1:] != comm_step[in_layer][:-1]), True]
+    idx_last = in_layer[nxt_differs]
+    idx_first = in_layer[np.r_[True, nxt_differs[:-1]]]
     lay_step, lay_num = comm_step[idx_last], layer[idx_last]
-    # windows on the order axis: after the previous layer's last collective up to and including this layer's
+    # windows on the order axis: after the previous collective of the step (the previous layer's last, or a
+    # collective before the first layer: after the embedding) up to and including this layer's last collective
     step_first = np.full(len(ws), np.iinfo(np.int64).max, dtype=np.int64)
     in_step = (kernel_step >= 0) & (axis >= 0)
     np.minimum.at(step_first, kernel_step[in_step], axis[in_step])
     a_end = axis[comm_rows[idx_last]] + 1
-    a_start = np.where(lay_num == 0, step_first[lay_step], np.concatenate(([np.iinfo(np.int64).min], a_end[:-1])))
+    prev = np.maximum(idx_first - 1, 0)
+    after_prev = (idx_first > 0) & (comm_step[prev] == comm_step[idx_first])
+    a_start = np.where(after_prev, axis[comm_rows[prev]] + 1, step_first[lay_step])
     row = iv.window_of(np.where(axis >= 0, axis, np.iinfo(np.int64).min), a_start, a_end)
     row = np.where(kernel_step >= 0, row, -1)
     g_start = np.full(len(idx_last), np.iinfo(np.int64).max, dtype=np.int64)

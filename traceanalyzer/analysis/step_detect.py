@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
+from . import pass_grammar
 from .activity import DeviceActivity
 
 MIN_STEPS = 3  # regular pieces a candidate needs
@@ -51,6 +52,9 @@ MIN_LAYER_REPEATS = 3  # repeated back to back at least 3 times
 MIN_LAYER_COVERAGE = 0.3  # covering at least 30% of the step's kernels
 MAX_LAYER_PERIOD = 2048  # longest block tried (kernels)
 MAX_REPEAT_SCAN = 20_000  # kernels of a sequence searched for a repeating block
+SAME_PASS_START = 0.8  # share of idle-gap pieces that must start with the same kernel names (a pass start)
+PASS_START_NAMES = 3  # names compared at the start of each piece
+ISSUE_ORDER_LINKED = 0.95  # share of kernels linked to their launch for the host's issue order to be used
 
 
 @dataclass
@@ -130,6 +134,8 @@ def from_idle_gaps(act: DeviceActivity) -> Detected | None:
         ok, typical = _regular(counts)
         if ok.sum() < MIN_STEPS or typical < MIN_STEP_KERNELS or ok.mean() < MIN_REGULAR_SHARE:
             continue
+        if not _same_pass_start(k["name_id"], kernels_before[first[ok]]):
+            continue
         coverage = float((busy_to_end[last[ok] - 1] - busy_to_start[first[ok]]).sum()) / total_busy
         if coverage < MIN_COVERAGE:
             continue
@@ -147,6 +153,16 @@ def from_idle_gaps(act: DeviceActivity) -> Detected | None:
         candidates.append(Detected("idle_gaps", start, end, typical, coverage,
                                    float(ok.mean()), separation, {"cut_gap_min_ns": int(shortest_cut)}))
     return _pick(candidates) if candidates else _one_pass(act, us, ue, gaps, order, interval_of, total_busy)
+
+
+def _same_pass_start(names: np.ndarray, rows: np.ndarray) -> bool:
+    """Cuts agree with the sequence: the pieces start with the same ``PASS_START_NAMES`` kernel names (a pass
+    begins with its own work; a host hiccup falls anywhere in a pass)."""
+    if len(rows) == 0:
+        return False
+    heads = np.stack([names[np.minimum(rows + i, len(names) - 1)].astype(np.int64) for i in range(PASS_START_NAMES)])
+    _, counts = np.unique(heads, axis=1, return_counts=True)
+    return float(counts.max()) / len(rows) >= SAME_PASS_START
 
 
 def _one_pass(act: DeviceActivity, us: np.ndarray, ue: np.ndarray, gaps: np.ndarray, order: np.ndarray,
@@ -339,9 +355,60 @@ def from_kernel_period(act: DeviceActivity) -> Detected | None:
                      "period_kernels_on_stream": period})
 
 
+def issue_sequence(act: DeviceActivity, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(kernel rows, name ids, GPU-idle gap before each)`` of the device's kernels (or of ``rows``) in the order the
+    host issued them: by launch time where ≥ ``ISSUE_ORDER_LINKED`` of them link to their launch (graph-launched
+    kernels share one and keep their GPU order), else by GPU start."""
+    k = act.kernels
+    rows = np.arange(len(k)) if rows is None else np.asarray(rows, dtype=np.int64)
+    start = np.asarray(k["start_ns"])[rows]
+    launch = np.asarray(act.launch_ns)[rows]
+    if len(rows) and float((launch >= 0).mean()) >= ISSUE_ORDER_LINKED:
+        order = np.lexsort((start, launch))
+    else:
+        order = np.argsort(start, kind="stable")
+    rows = rows[order]
+    start, end = start[order], np.asarray(k["end_ns"])[rows]
+    gap = np.r_[0, start[1:] - np.maximum.accumulate(end)[:-1]] if len(rows) else np.zeros(0, dtype=np.int64)
+    return rows, np.asarray(k["name_id"])[rows].astype(np.int64), gap
+
+
+def pass_windows(act: DeviceActivity, rows: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GPU windows of passes given as issue positions ``cuts`` over ``rows``: pass ``i`` runs from the earliest start
+    of the kernels issued from ``cuts[i]`` on to the next pass's start (its own last end for the last pass when
+    nothing follows it)."""
+    k = act.kernels
+    start = np.asarray(k["start_ns"])[rows]
+    end = np.asarray(k["end_ns"])[rows]
+    from_here = np.minimum.accumulate(start[::-1])[::-1]  # earliest start of the kernels issued from here on
+    w_start = from_here[cuts[:-1]]
+    last_end = np.maximum.reduceat(end, cuts[:-1])[-1]
+    follows = cuts[-1] < len(rows)
+    w_end = np.r_[w_start[1:], from_here[cuts[-1]] if follows else max(last_end, int(end[cuts[-2]:].max()))]
+    return w_start, np.maximum(w_end, w_start + 1)
+
+
+def _from_passes(act: DeviceActivity, rows: np.ndarray, passes: pass_grammar.Passes) -> Detected:
+    start, end = pass_windows(act, rows, passes.cuts)
+    total = iv.lengths_sum(act.busy)
+    coverage = float(iv.measure_within(act.busy, start, end).sum()) / total if total else 0.0
+    return Detected("kernel_period", start, end, int(np.median(np.diff(passes.cuts))), coverage, 1.0, None,
+                    {"pass_markers": passes.markers, "marker_count": passes.count})
+
+
 def detect(act: DeviceActivity) -> Detected | None:
-    """The step segmentation with the strongest evidence, or None (see the module doc)."""
+    """The step segmentation with the strongest evidence, or None (see the module doc): passes read from the kernel
+    sequence (:mod:`.pass_grammar`) first, then idle gaps and a once-per-step kernel, then a window holding one
+    pass."""
+    rows, names, gap = issue_sequence(act)
+    passes = pass_grammar.find_passes(names, gap)
+    if passes is not None:
+        return _from_passes(act, rows, passes)
     found = [c for c in (from_idle_gaps(act), from_kernel_period(act)) if c is not None]
-    if not found:
+    if found:
+        return _pick(found)
+    one = pass_grammar.one_pass(names)
+    if one is None:
         return None
-    return _pick(found)
+    start, end = pass_windows(act, rows, np.array(one, dtype=np.int64))
+    return Detected("kernel_period", start, end, len(rows), 1.0, 1.0, None, {"one_pass": True})

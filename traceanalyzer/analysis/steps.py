@@ -35,7 +35,7 @@ import pandas as pd
 
 from ..trace import Trace
 from . import intervals as iv
-from . import step_detect
+from . import pass_grammar, step_detect
 from .activity import DeviceActivity
 from .frames import array_of, frame
 from .grouped import distinct
@@ -47,7 +47,9 @@ _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
 #: step, iteration, iter, optionally prefixed train/training/eval/decode/prefill and suffixed by a step number
 #: (``step``, ``train_step``, ``training_step``, ``decode_step``, ``iteration 12``, ``step_3``, ``step#3``)
 WELL_KNOWN_STEP = re.compile(r"^(?:(?:train|training|eval|decode|prefill)[ _]?)?(?:step|iteration|iter)"
-                             r"(?:[ _#:]?\d+)?$", re.IGNORECASE)
+                             r"(?:[ _#:]?\d+)?$"
+                             # vLLM V1's engine step: execute_context_<n>(<tokens>)_generation_<n>(<tokens>)
+                             r"|^execute_context_\d+\([^)]*\)_generation_\d+\([^)]*\)$", re.IGNORECASE)
 
 
 def project_to_gpu(act: DeviceActivity, starts: np.ndarray, ends: np.ndarray, pids: np.ndarray,
@@ -254,6 +256,25 @@ def _layer_cycle_steps(act: DeviceActivity, layer_pattern: str) -> tuple[pd.Data
     return _frame(ids[regular], first[regular], end[regular], "nvtx:layer_cycle"), evidence
 
 
+def _passes_in_range(act: DeviceActivity, found: pd.DataFrame, evidence: dict[str, Any]
+                     ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A lone annotated step that holds several whole passes of a layered model (five model calls inside one
+    ``ProfilerStep``) is that many steps (:func:`.pass_grammar.passes_within`); the range's label is kept and
+    the evidence says the split. Anything else is returned as it is."""
+    k = act.kernels
+    lo, hi = int(found["start_ns"].iloc[0]), int(found["end_ns"].iloc[0])
+    inside = np.flatnonzero((np.asarray(k["start_ns"]) >= lo) & (np.asarray(k["start_ns"]) < hi))
+    rows, names, gap = step_detect.issue_sequence(act, inside)
+    passes = pass_grammar.passes_within(names, gap)
+    if passes is None:
+        return found, evidence
+    start, end = step_detect.pass_windows(act, rows, passes.cuts)
+    source = str(found["source"].iloc[0])
+    split = {"method": "passes_in_range", "range_steps": 1, "steps": passes.passes,
+             "pass_markers": passes.markers, "kernels_per_step": int(np.median(np.diff(passes.cuts)))}
+    return _frame(np.arange(passes.passes), np.maximum(start, lo), np.minimum(end, hi), source), split
+
+
 def find_steps(act: DeviceActivity, step_range: str | None = None,
                layer_pattern: str | None = None) -> StepStructure:
     """Step windows ``(step, start_ns, end_ns, source)`` on the GPU clock, disjoint, in time order, with their
@@ -268,6 +289,8 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
         found = _profiler_steps(act)
     if found is None and not step_range and annotated:
         found = _well_known_steps(act)
+    if found is not None and len(found) == 1 and str(found["source"].iloc[0]) != "nvtx:" + str(step_range):
+        found, evidence = _passes_in_range(act, found, evidence)
     if found is None and layer_pattern and annotated:
         cycles = _layer_cycle_steps(act, layer_pattern)
         if cycles is not None:

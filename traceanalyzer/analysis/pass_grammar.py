@@ -1,0 +1,225 @@
+"""Forward passes read from the kernel-name sequence: the grammar ``prologue · layer block · epilogue`` of a pass.
+
+Definitions (docs/STRUCTURE.md, "The pass grammar"), on one device's kernels in issue order:
+
+* **Layer block**: a stretch of the sequence made of one block of ``p`` kernel names (≥ 3 distinct) repeated back to
+  back ≥ 3 times (a tandem repeat). Periods are tried from the lags between successive occurrences of each name,
+  smallest first; a period's stretches count only where smaller periods have not already covered them (a pass
+  repeated whole is no layer). ``layer_cover`` marks every kernel inside a layer block.
+* **Once-per-pass work**: kernels outside every layer block — embedding gather, final norm, LM head, sampling, loss,
+  optimizer. A name whose count is exactly ``K`` and that lies outside the layer blocks is a **pass marker** for
+  ``K`` passes when its occurrences interleave with the other such names: the i-th occurrence of every marker lies
+  after every (i−1)-th and before every (i+1)-th, so the i-th occurrences are pass i's once-per-pass work.
+* **Pass cut**: between the last marker of pass i and the first of pass i+1, never inside a layer block, at the
+  largest GPU-idle gap there (the host's gap between passes), else right before the next pass's first marker.
+* **Same skeleton**: consecutive passes share most of their kernel names (a forward chunk and a backward chunk of
+  different kernels are not two passes of one model).
+
+Of the valid ``K``, the one whose complete passes hold the most kernels wins; near ties go to more markers. A window
+with no two passes holds one when it has a layer block between once-per-pass work of names no layer block uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_UNIT_NAMES = 3  # distinct names in a layer unit
+MIN_UNIT_REPEATS = 3  # a layer unit repeated back to back this many times
+MAX_UNIT = 4096  # longest layer unit tried (kernels)
+PERIODS_TRIED = 24  # most frequent lags tried as layer periods
+OUTSIDE_LAYERS = 0.9  # share of a marker name's occurrences that lie outside the layer blocks
+MIN_PASS_KERNELS = 4  # a pass holds at least this many kernels
+MIN_SKELETON_SHARE = 0.5  # Jaccard similarity of the name sets of consecutive passes
+MIN_SIMILAR_PAIRS = 0.8  # share of consecutive pass pairs that must be similar
+NEAR_BEST = 0.9  # candidates holding this share of the best coverage compete on markers
+MAX_COUNTS_TRIED = 64  # distinct marker counts tried, largest first
+MIN_LAYER_SHARE = 0.3  # a single pass: its layer blocks hold this share of the kernels
+MIN_COVERAGE = 0.5  # complete passes hold at least this share of the kernels
+MIN_PASSES_UNSEEN_LAYERS = 3  # markers of a window with no visible layer block must recur this often
+PASS_LAYER_SHARE = 0.2  # where layer blocks are visible, each pass holds at least this share of layer kernels
+SAME_LEVEL = 1.1  # marker counts within 10 % of each other mark the same passes (partial passes at the ends)
+
+
+@dataclass(frozen=True)
+class Passes:
+    """Forward passes of a kernel sequence: ``cuts`` (issue positions where passes start; pass ``i`` is
+    ``[cuts[i], cuts[i+1])``, the last one ``[cuts[-2], cuts[-1])``), the marker count ``k`` and the evidence."""
+
+    cuts: np.ndarray
+    markers: int  # distinct marker names
+    count: int  # occurrences of each marker (the number of passes the markers mark)
+    coverage: float  # kernels in complete passes / all kernels
+
+    @property
+    def passes(self) -> int:
+        return len(self.cuts) - 1
+
+
+def previous_lags(names: np.ndarray) -> np.ndarray:
+    """For each position, the distance back to the previous occurrence of the same name (0 for a first one)."""
+    n = len(names)
+    order = np.lexsort((np.arange(n), names))
+    lag = np.zeros(n, dtype=np.int64)
+    same = names[order[1:]] == names[order[:-1]]
+    lag[order[1:][same]] = order[1:][same] - order[:-1][same]
+    return lag
+
+
+def _tandem_stretches(names: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, stop)`` of the stretches made of one block of ``period`` names repeated ≥ ``MIN_UNIT_REPEATS``
+    times back to back, the block holding ≥ ``MIN_UNIT_NAMES`` distinct names."""
+    same = names[:-period] == names[period:]
+    edges = np.diff(np.r_[0, same.astype(np.int8), 0])
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    keep = (stops - starts) >= (MIN_UNIT_REPEATS - 1) * period
+    starts, stops = starts[keep], stops[keep] + period
+    ok = np.array([len(np.unique(names[s:s + period])) >= MIN_UNIT_NAMES for s in starts.tolist()], dtype=bool)
+    return starts[ok] if len(ok) else starts, stops[ok] if len(ok) else stops
+
+
+def layer_cover(names: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """Which positions lie in a layer block, and the blocks as ``(start, stop, period)`` (see the module doc)."""
+    n = len(names)
+    cover = np.zeros(n, dtype=bool)
+    blocks: list[tuple[int, int, int]] = []
+    if n < MIN_UNIT_NAMES * MIN_UNIT_REPEATS:
+        return cover, blocks
+    lags = previous_lags(names)
+    lags = lags[(lags >= MIN_UNIT_NAMES) & (lags <= min(MAX_UNIT, n // MIN_UNIT_REPEATS))]
+    if len(lags) == 0:
+        return cover, blocks
+    values, counts = np.unique(lags, return_counts=True)
+    tried = np.sort(values[np.argsort(counts, kind="stable")[::-1][:PERIODS_TRIED]])
+    for period in tried.tolist():
+        starts, stops = _tandem_stretches(names, period)
+        for s, e in zip(starts.tolist(), stops.tolist(), strict=True):
+            if cover[s:e].mean() < 0.5:  # not already explained by a smaller unit
+                cover[s:e] = True
+                blocks.append((s, e, period))
+    return cover, blocks
+
+
+def _marker_groups(names: np.ndarray, markers: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """First and last position of each pass's marker occurrences, or None when the occurrences do not interleave."""
+    pos = np.flatnonzero(np.isin(names, markers))
+    order = np.argsort(names[pos], kind="stable")
+    occurrence = np.empty(len(pos), dtype=np.int64)
+    occurrence[order] = np.tile(np.arange(count), len(markers))  # each marker occurs exactly `count` times
+    first = np.full(count, len(names), dtype=np.int64)
+    last = np.full(count, -1, dtype=np.int64)
+    np.minimum.at(first, occurrence, pos)
+    np.maximum.at(last, occurrence, pos)
+    if np.any(last[:-1] >= first[1:]):
+        return None
+    return first, last
+
+
+def _cut(lo: int, hi: int, gap: np.ndarray, cover: np.ndarray) -> int:
+    """The pass start in issue positions ``(lo, hi]``: the kernel after the largest idle gap there that is not inside
+    a layer block, else ``hi`` (the next pass's first marker)."""
+    q = np.arange(lo + 1, hi + 1)
+    allowed = ~(cover[q] & cover[q - 1])
+    if not allowed.any():
+        return hi
+    q = q[allowed]
+    best = int(np.argmax(gap[q]))
+    return int(q[best]) if gap[q[best]] > 0 else hi
+
+
+def _similar(names: np.ndarray, cuts: np.ndarray) -> bool:
+    """Consecutive passes share their skeleton (see the module doc)."""
+    sets = [set(np.unique(names[a:b]).tolist()) for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)]
+    if len(sets) < 2:
+        return True
+    similar = [len(x & y) / max(len(x | y), 1) >= MIN_SKELETON_SHARE for x, y in zip(sets[:-1], sets[1:], strict=True)]
+    return float(np.mean(similar)) >= MIN_SIMILAR_PAIRS
+
+
+def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray,
+               count: int) -> Passes | None:
+    groups = _marker_groups(names, markers, count)
+    if groups is None:
+        return None
+    first, last = groups
+    n = len(names)
+    inner = np.array([_cut(int(a), int(b), gap, cover) for a, b in zip(last[:-1], first[1:], strict=True)],
+                     dtype=np.int64)
+    lead = int(np.median(first[1:] - inner))  # kernels of a pass before its first marker
+    tail = int(np.median(inner - last[:-1]))  # kernels of a pass after its last marker
+    cuts = inner
+    if first[0] - lead >= 0:
+        cuts = np.r_[first[0] - lead, cuts]
+    if last[-1] + tail <= n:
+        cuts = np.r_[cuts, last[-1] + tail]
+    if len(cuts) < 2 or np.median(np.diff(cuts)) < MIN_PASS_KERNELS or not _similar(names, cuts):
+        return None
+    if not _hold_layers(cover, cuts, count):
+        return None
+    coverage = float(cuts[-1] - cuts[0]) / n
+    return Passes(cuts, len(markers), count, coverage) if coverage >= MIN_COVERAGE else None
+
+
+def _hold_layers(cover: np.ndarray, cuts: np.ndarray, count: int, strict: bool = False) -> bool:
+    """A pass holds every layer once: where layer blocks are visible, each pass holds layer kernels; where none
+    is (or layers vary), the markers must recur ``MIN_PASSES_UNSEEN_LAYERS`` times (``strict``: layers must show)."""
+    if not cover.any():
+        return not strict and count >= MIN_PASSES_UNSEEN_LAYERS
+    inside = np.add.reduceat(cover.astype(np.int64), cuts[:-1]) / np.maximum(np.diff(cuts), 1)
+    return bool((inside >= PASS_LAYER_SHARE).all())
+
+
+def find_passes(names: np.ndarray, gap: np.ndarray) -> Passes | None:
+    """The passes of a kernel-name sequence in issue order (``gap``: GPU-idle time before each kernel), or None
+    when the sequence holds fewer than two passes by the definitions of the module doc."""
+    n = len(names)
+    if n < 2 * MIN_PASS_KERNELS:
+        return None
+    cover, _ = layer_cover(names)
+    ids, inverse, counts = np.unique(names, return_inverse=True, return_counts=True)
+    outside = np.bincount(inverse, weights=(~cover).astype(np.float64), minlength=len(ids)) / counts
+    eligible = (counts >= 2) & (outside >= OUTSIDE_LAYERS) & (counts <= n // MIN_PASS_KERNELS)
+    found: list[Passes] = []
+    for count in np.unique(counts[eligible])[::-1][:MAX_COUNTS_TRIED].tolist():
+        candidate = _candidate(names, gap, cover, ids[eligible & (counts == count)], count)
+        if candidate is not None and candidate.passes >= 2:
+            found.append(candidate)
+    return _outermost(found)
+
+
+def _outermost(found: list[Passes]) -> Passes | None:
+    """Of the valid candidates near the best coverage, the lowest level of marker counts (a step holds its
+    micro-batches and layers, never the reverse); within a level (counts within ``SAME_LEVEL``), most markers."""
+    if not found:
+        return None
+    top = max(c.coverage for c in found)
+    near = sorted((c for c in found if c.coverage >= NEAR_BEST * top), key=lambda c: c.count)
+    level = [c for c in near if c.count <= SAME_LEVEL * near[0].count]
+    return max(level, key=lambda c: (c.markers, c.coverage))
+
+
+def passes_within(names: np.ndarray, gap: np.ndarray) -> Passes | None:
+    """The passes of one annotated range that holds several (see :func:`find_passes`), only where every pass shows
+    its layer blocks: a range is split only on evidence that it holds whole passes of a layered model."""
+    found = find_passes(names, gap)
+    if found is None:
+        return None
+    cover, _ = layer_cover(names)
+    return found if _hold_layers(cover, found.cuts, found.count, strict=True) else None
+
+
+def one_pass(names: np.ndarray) -> tuple[int, int] | None:
+    """``(first, stop)`` positions of the one pass a window holds: layer blocks holding ≥ ``MIN_LAYER_SHARE`` of
+    the kernels with once-per-pass work before and after them made of names no layer block uses; else None."""
+    cover, blocks = layer_cover(names)
+    if not blocks or cover.mean() < MIN_LAYER_SHARE:
+        return None
+    layer_names = np.unique(names[cover])
+    first_block = min(s for s, _, _ in blocks)
+    last_block = max(e for _, e, _ in blocks)
+    before = names[:first_block][~np.isin(names[:first_block], layer_names)]
+    after = names[last_block:][~np.isin(names[last_block:], layer_names)]
+    if len(before) == 0 or len(after) == 0:
+        return None
+    return 0, len(names)
