@@ -3,9 +3,8 @@
 Definitions (docs/STRUCTURE.md, "The pass grammar"), on one device's kernels in issue order:
 
 * **Layer block**: a stretch of the sequence made of one block of ``p`` kernel names (≥ 3 distinct) repeated back to
-  back ≥ 3 times (a tandem repeat). Periods are tried from the lags between successive occurrences of each name,
-  smallest first; a period's stretches count only where smaller periods have not already covered them (a pass
-  repeated whole is no layer). ``layer_cover`` marks every kernel inside a layer block.
+  back ≥ 3 times (a tandem repeat) whose block fits 3 times into one pass (a repetition of whole passes is no layer
+  block). Periods are tried from the most frequent lags between successive occurrences of a name.
 * **Once-per-pass work**: kernels outside every layer block — embedding gather, final norm, LM head, sampling, loss,
   optimizer. A name whose count is exactly ``K`` and that lies outside the layer blocks is a **pass marker** for
   ``K`` passes when its occurrences interleave with the other such names: the i-th occurrence of every marker lies
@@ -15,7 +14,8 @@ Definitions (docs/STRUCTURE.md, "The pass grammar"), on one device's kernels in 
 * **Same skeleton**: consecutive passes share most of their kernel names (a forward chunk and a backward chunk of
   different kernels are not two passes of one model).
 
-Of the valid ``K``, the one whose complete passes hold the most kernels wins; near ties go to more markers. A window
+Of the valid ``K``, the smallest wins (a step holds its micro-batches and its layers, never the reverse); among
+counts within 10 % of it (partial passes at the ends), the one with the most markers. A window
 with no two passes holds one when it has a layer block between once-per-pass work of names no layer block uses.
 """
 
@@ -33,7 +33,6 @@ OUTSIDE_LAYERS = 0.9  # share of a marker name's occurrences that lie outside th
 MIN_PASS_KERNELS = 4  # a pass holds at least this many kernels
 MIN_SKELETON_SHARE = 0.5  # Jaccard similarity of the name sets of consecutive passes
 MIN_SIMILAR_PAIRS = 0.8  # share of consecutive pass pairs that must be similar
-NEAR_BEST = 0.9  # candidates holding this share of the best coverage compete on markers
 MAX_COUNTS_TRIED = 64  # distinct marker counts tried, largest first
 MIN_LAYER_SHARE = 0.3  # a single pass: its layer blocks hold this share of the kernels
 MIN_COVERAGE = 0.5  # complete passes hold at least this share of the kernels
@@ -79,26 +78,39 @@ def _tandem_stretches(names: np.ndarray, period: int) -> tuple[np.ndarray, np.nd
     return starts[ok] if len(ok) else starts, stops[ok] if len(ok) else stops
 
 
-def layer_cover(names: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """Which positions lie in a layer block, and the blocks as ``(start, stop, period)`` (see the module doc)."""
+def tandem_blocks(names: np.ndarray) -> list[tuple[int, int, int]]:
+    """Every tandem repeat of the sequence as ``(start, stop, period)``, the periods tried being the most frequent
+    lags between successive occurrences of a name (see the module doc)."""
     n = len(names)
-    cover = np.zeros(n, dtype=bool)
-    blocks: list[tuple[int, int, int]] = []
     if n < MIN_UNIT_NAMES * MIN_UNIT_REPEATS:
-        return cover, blocks
+        return []
     lags = previous_lags(names)
     lags = lags[(lags >= MIN_UNIT_NAMES) & (lags <= min(MAX_UNIT, n // MIN_UNIT_REPEATS))]
     if len(lags) == 0:
-        return cover, blocks
+        return []
     values, counts = np.unique(lags, return_counts=True)
-    tried = np.sort(values[np.argsort(counts, kind="stable")[::-1][:PERIODS_TRIED]])
-    for period in tried.tolist():
+    blocks: list[tuple[int, int, int]] = []
+    for period in np.sort(values[np.argsort(counts, kind="stable")[::-1][:PERIODS_TRIED]]).tolist():
         starts, stops = _tandem_stretches(names, period)
-        for s, e in zip(starts.tolist(), stops.tolist(), strict=True):
-            if cover[s:e].mean() < 0.5:  # not already explained by a smaller unit
-                cover[s:e] = True
-                blocks.append((s, e, period))
-    return cover, blocks
+        blocks += [(s, e, period) for s, e in zip(starts.tolist(), stops.tolist(), strict=True)]
+    return blocks
+
+
+def cover_of(blocks: list[tuple[int, int, int]], n: int, max_period: float) -> np.ndarray:
+    """Positions inside the blocks whose unit fits ``MIN_UNIT_REPEATS`` times into a pass of ``max_period``
+    kernels: a layer block. A repetition of whole passes is no layer block of those passes."""
+    edges = np.zeros(n + 1, dtype=np.int64)
+    for s, e, p in blocks:
+        if p * MIN_UNIT_REPEATS <= max_period:
+            edges[s] += 1
+            edges[e] -= 1
+    return np.cumsum(edges[:-1]) > 0
+
+
+def layer_cover(names: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """Which positions lie in a layer block of a window holding one pass, and the tandem blocks."""
+    blocks = tandem_blocks(names)
+    return cover_of(blocks, len(names), len(names)), blocks
 
 
 def _marker_groups(names: np.ndarray, markers: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -137,15 +149,9 @@ def _similar(names: np.ndarray, cuts: np.ndarray) -> bool:
     return float(np.mean(similar)) >= MIN_SIMILAR_PAIRS
 
 
-def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray,
-               count: int) -> Passes | None:
-    groups = _marker_groups(names, markers, count)
-    if groups is None:
-        return None
-    first, last = groups
-    n = len(names)
-    inner = np.array([_cut(int(a), int(b), gap, cover) for a, b in zip(last[:-1], first[1:], strict=True)],
-                     dtype=np.int64)
+def _edges(first: np.ndarray, last: np.ndarray, inner: np.ndarray, n: int) -> np.ndarray:
+    """Pass starts with the passes at either end closed where the window holds them whole: the first pass starts as
+    far before its first marker as the others do, the last ends as far after its last marker."""
     lead = int(np.median(first[1:] - inner))  # kernels of a pass before its first marker
     tail = int(np.median(inner - last[:-1]))  # kernels of a pass after its last marker
     cuts = inner
@@ -153,9 +159,35 @@ def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: n
         cuts = np.r_[first[0] - lead, cuts]
     if last[-1] + tail <= n:
         cuts = np.r_[cuts, last[-1] + tail]
+    return cuts
+
+
+def _tiles_a_repeat(blocks: list[tuple[int, int, int]], cover: np.ndarray, first: np.ndarray, n: int) -> bool:
+    """The markers recur once per unit of one uniform repetition and the passes hold no layer block of their own: a
+    layer (or a group of layers) repeated back to back, whatever its count, is no pass."""
+    if cover.any():
+        return False
+    length = float(np.median(np.diff(first)))
+    same = [e - s for s, e, p in blocks if abs(p - length) <= 0.1 * length]
+    return sum(same) >= 0.5 * n
+
+
+def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray, count: int,
+               blocks: list[tuple[int, int, int]]) -> Passes | None:
+    groups = _marker_groups(names, markers, count)
+    if groups is None:
+        return None
+    first, last = groups
+    n = len(names)
+    # where a pass ends between two marker groups: at the host's idle gap, else before the next pass's first
+    # marker or after this pass's last; the placement that closes the most passes wins (the idle gap on ties)
+    at_gap = np.array([_cut(int(a), int(b), gap, cover) for a, b in zip(last[:-1], first[1:], strict=True)],
+                      dtype=np.int64)
+    placements = [_edges(first, last, inner, n) for inner in (at_gap, first[1:], last[:-1] + 1)]
+    cuts = max(placements, key=lambda c: (len(c), c[-1] - c[0]))
     if len(cuts) < 2 or np.median(np.diff(cuts)) < MIN_PASS_KERNELS or not _similar(names, cuts):
         return None
-    if not _hold_layers(cover, cuts, count):
+    if not _hold_layers(cover, cuts, count) or _tiles_a_repeat(blocks, cover, first, n):
         return None
     coverage = float(cuts[-1] - cuts[0]) / n
     return Passes(cuts, len(markers), count, coverage) if coverage >= MIN_COVERAGE else None
@@ -176,25 +208,31 @@ def find_passes(names: np.ndarray, gap: np.ndarray) -> Passes | None:
     n = len(names)
     if n < 2 * MIN_PASS_KERNELS:
         return None
-    cover, _ = layer_cover(names)
+    blocks = tandem_blocks(names)
     ids, inverse, counts = np.unique(names, return_inverse=True, return_counts=True)
-    outside = np.bincount(inverse, weights=(~cover).astype(np.float64), minlength=len(ids)) / counts
-    eligible = (counts >= 2) & (outside >= OUTSIDE_LAYERS) & (counts <= n // MIN_PASS_KERNELS)
+    tried = np.unique(counts[(counts >= 2) & (counts <= n // MIN_PASS_KERNELS)])[::-1][:MAX_COUNTS_TRIED]
     found: list[Passes] = []
-    for count in np.unique(counts[eligible])[::-1][:MAX_COUNTS_TRIED].tolist():
-        candidate = _candidate(names, gap, cover, ids[eligible & (counts == count)], count)
+    cover, outside, fitted = np.zeros(n, dtype=bool), np.ones(len(ids)), -1
+    for count in tried.tolist():  # passes grow longer as the count falls: the layer blocks that fit grow too
+        fit = sum(1 for _, _, p in blocks if p * MIN_UNIT_REPEATS <= n / count)
+        if fit != fitted:
+            cover, fitted = cover_of(blocks, n, n / count), fit
+            outside = np.bincount(inverse, weights=(~cover).astype(np.float64), minlength=len(ids)) / counts
+        markers = ids[(counts == count) & (outside >= OUTSIDE_LAYERS)]
+        if len(markers) == 0:
+            continue
+        candidate = _candidate(names, gap, cover, markers, count, blocks)
         if candidate is not None and candidate.passes >= 2:
             found.append(candidate)
     return _outermost(found)
 
 
 def _outermost(found: list[Passes]) -> Passes | None:
-    """Of the valid candidates near the best coverage, the lowest level of marker counts (a step holds its
-    micro-batches and layers, never the reverse); within a level (counts within ``SAME_LEVEL``), most markers."""
+    """Of the valid candidates, the lowest level of marker counts (a step holds its micro-batches and layers, never
+    the reverse); within a level (counts within ``SAME_LEVEL``: partial passes at the ends), most markers."""
     if not found:
         return None
-    top = max(c.coverage for c in found)
-    near = sorted((c for c in found if c.coverage >= NEAR_BEST * top), key=lambda c: c.count)
+    near = sorted(found, key=lambda c: c.count)
     level = [c for c in near if c.count <= SAME_LEVEL * near[0].count]
     return max(level, key=lambda c: (c.markers, c.coverage))
 
@@ -205,7 +243,7 @@ def passes_within(names: np.ndarray, gap: np.ndarray) -> Passes | None:
     found = find_passes(names, gap)
     if found is None:
         return None
-    cover, _ = layer_cover(names)
+    cover = cover_of(tandem_blocks(names), len(names), len(names) / found.count)
     return found if _hold_layers(cover, found.cuts, found.count, strict=True) else None
 
 
