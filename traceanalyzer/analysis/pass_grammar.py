@@ -38,6 +38,7 @@ MIN_LAYER_SHARE = 0.3  # a single pass: its layer blocks hold this share of the 
 MIN_COVERAGE = 0.5  # complete passes hold at least this share of the kernels
 MIN_PASSES_UNSEEN_LAYERS = 3  # markers of a window with no visible layer block must recur this often
 PASS_LAYER_SHARE = 0.2  # where layer blocks are visible, each pass holds at least this share of layer kernels
+SPACING_TOLERANCE = 0.05  # marker spacings this close are the same
 SAME_LEVEL = 1.1  # marker counts within 10 % of each other mark the same passes (partial passes at the ends)
 
 
@@ -172,12 +173,26 @@ def _tiles_a_repeat(blocks: list[tuple[int, int, int]], cover: np.ndarray, first
     return sum(same) >= 0.5 * n
 
 
+def _recur_within_a_unit(first: np.ndarray) -> bool:
+    """The marker groups alternate in spacing (``d, e, d, e``…): the sequence repeats every ``m`` groups, not every
+    group, so each marker occurs ``m`` times per repeating unit and marks no pass."""
+    d = np.diff(first).astype(np.float64)
+    if len(d) < 4:
+        return False
+    close = lambda a, b: np.abs(a - b) <= SPACING_TOLERANCE * np.maximum(a, b)  # noqa: E731
+    if float(np.mean(close(d[1:], d[:-1]))) >= 0.5:
+        return False
+    return any(len(d) > m + 1 and float(np.mean(close(d[m:], d[:-m]))) >= 0.9 for m in range(2, 5))
+
+
 def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray, count: int,
                blocks: list[tuple[int, int, int]]) -> Passes | None:
     groups = _marker_groups(names, markers, count)
     if groups is None:
         return None
     first, last = groups
+    if _recur_within_a_unit(first):
+        return None
     n = len(names)
     # where a pass ends between two marker groups: at the host's idle gap, else before the next pass's first
     # marker or after this pass's last; the placement that closes the most passes wins (the idle gap on ties)
