@@ -22,6 +22,7 @@ with no two passes holds one when it has a layer block between once-per-pass wor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -146,7 +147,7 @@ def _similar(names: np.ndarray, cuts: np.ndarray) -> bool:
     sets = [set(np.unique(names[a:b]).tolist()) for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)]
     if len(sets) < 2:
         return True
-    similar = [len(x & y) / max(len(x | y), 1) >= MIN_SKELETON_SHARE for x, y in zip(sets[:-1], sets[1:], strict=True)]
+    similar = [len(x & y) / max(len(x | y), 1) >= MIN_SKELETON_SHARE for x, y in pairwise(sets)]
     return float(np.mean(similar)) >= MIN_SIMILAR_PAIRS
 
 
@@ -179,10 +180,15 @@ def _recur_within_a_unit(first: np.ndarray) -> bool:
     d = np.diff(first).astype(np.float64)
     if len(d) < 4:
         return False
-    close = lambda a, b: np.abs(a - b) <= SPACING_TOLERANCE * np.maximum(a, b)  # noqa: E731
-    if float(np.mean(close(d[1:], d[:-1]))) >= 0.5:
+    if _share_close(d, 1) >= 0.5:
         return False
-    return any(len(d) > m + 1 and float(np.mean(close(d[m:], d[:-m]))) >= 0.9 for m in range(2, 5))
+    return any(len(d) > m + 1 and _share_close(d, m) >= 0.9 for m in range(2, 5))
+
+
+def _share_close(d: np.ndarray, lag: int) -> float:
+    """Share of the spacings equal (within ``SPACING_TOLERANCE``) to the one ``lag`` groups later."""
+    a, b = d[lag:], d[:-lag]
+    return float(np.mean(np.abs(a - b) <= SPACING_TOLERANCE * np.maximum(a, b)))
 
 
 def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray, count: int,
