@@ -14,15 +14,15 @@ Definitions (docs/STRUCTURE.md, "The pass grammar"), on one device's kernels in 
 * **Same skeleton**: consecutive passes share most of their kernel names (a forward chunk and a backward chunk of
   different kernels are not two passes of one model).
 
-Of the valid ``K``, the smallest wins (a step holds its micro-batches and its layers, never the reverse); among
-counts within 10 % of it (partial passes at the ends), the one with the most markers. A window
+Of the valid ``K``, the largest wins (a step holds every layer once: a unit holding several passes, such as a
+request of many decode steps, is no step); among counts within 10 % of it (partial passes at the ends), the one
+with the most markers. A window
 with no two passes holds one when it has a layer block between once-per-pass work of names no layer block uses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise
 
 import numpy as np
 
@@ -34,11 +34,14 @@ OUTSIDE_LAYERS = 0.9  # share of a marker name's occurrences that lie outside th
 MIN_PASS_KERNELS = 4  # a pass holds at least this many kernels
 MIN_SKELETON_SHARE = 0.5  # Jaccard similarity of the name sets of consecutive passes
 MIN_SIMILAR_PAIRS = 0.8  # share of consecutive pass pairs that must be similar
+SIMILARITY_PAIRS = 64  # consecutive pairs compared, spread over the window
 MAX_COUNTS_TRIED = 64  # distinct marker counts tried, largest first
 MIN_LAYER_SHARE = 0.3  # a single pass: its layer blocks hold this share of the kernels
 MIN_COVERAGE = 0.5  # complete passes hold at least this share of the kernels
 MIN_PASSES_UNSEEN_LAYERS = 3  # markers of a window with no visible layer block must recur this often
 PASS_LAYER_SHARE = 0.2  # where layer blocks are visible, each pass holds at least this share of layer kernels
+MAX_LAYERS_PER_UNIT = 4  # layer types that alternate: a repeating unit holds at most this many layers
+LAYER_PIECES = 0.25  # share of the window in layer blocks longer than a candidate pass that rejects it
 SPACING_TOLERANCE = 0.05  # marker spacings this close are the same
 SAME_LEVEL = 1.1  # marker counts within 10 % of each other mark the same passes (partial passes at the ends)
 
@@ -130,38 +133,38 @@ def _marker_groups(names: np.ndarray, markers: np.ndarray, count: int) -> tuple[
     return first, last
 
 
-def _cut(lo: int, hi: int, gap: np.ndarray, cover: np.ndarray) -> int:
-    """The pass start in issue positions ``(lo, hi]``: the kernel after the largest idle gap there that is not inside
-    a layer block, else ``hi`` (the next pass's first marker)."""
-    q = np.arange(lo + 1, hi + 1)
-    allowed = ~(cover[q] & cover[q - 1])
-    if not allowed.any():
-        return hi
-    q = q[allowed]
-    best = int(np.argmax(gap[q]))
-    return int(q[best]) if gap[q[best]] > 0 else hi
+def _cuts(lo: np.ndarray, hi: np.ndarray, gap: np.ndarray, cover: np.ndarray) -> np.ndarray:
+    """The pass start in each span of issue positions ``(lo, hi]`` (ordered, disjoint): the kernel after the largest
+    idle gap there that is not inside a layer block, else ``hi`` (the next pass's first marker)."""
+    if len(lo) == 0:
+        return hi.astype(np.int64)
+    allowed = np.r_[True, ~(cover[1:] & cover[:-1])]
+    score = np.where(allowed, gap, -1).astype(np.int64)
+    best = np.maximum.reduceat(np.r_[score, -1], np.c_[lo + 1, hi + 1].ravel())[::2]  # hi < n: a sentinel after
+    spans = np.arange(int(lo[0]) + 1, int(hi[-1]) + 1)  # the positions of every span and those between them
+    region = np.searchsorted(lo + 1, spans, side="right") - 1
+    inside = spans <= hi[region]
+    hit = spans[inside & (score[spans] == best[region])]
+    region = region[inside & (score[spans] == best[region])]
+    first_hit = np.full(len(lo), -1, dtype=np.int64)
+    regions, at = np.unique(region, return_index=True)
+    first_hit[regions] = hit[at]
+    return np.where((best > 0) & (first_hit >= 0), first_hit, hi).astype(np.int64)
 
 
 def _similar(names: np.ndarray, cuts: np.ndarray) -> bool:
-    """Consecutive passes share their skeleton (see the module doc)."""
-    sets = [set(np.unique(names[a:b]).tolist()) for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)]
-    if len(sets) < 2:
+    """Consecutive passes share their skeleton (see the module doc): the Jaccard similarity of the name sets of
+    pass ``i`` and ``i + 1``, over at most ``SIMILARITY_PAIRS`` pairs spread over the window."""
+    if len(cuts) < 3:
         return True
-    similar = [len(x & y) / max(len(x | y), 1) >= MIN_SKELETON_SHARE for x, y in pairwise(sets)]
+    pairs = np.unique(np.linspace(0, len(cuts) - 3, min(SIMILARITY_PAIRS, len(cuts) - 2)).round().astype(np.int64))
+    similar = []
+    for i in pairs.tolist():
+        x = np.unique(names[cuts[i]:cuts[i + 1]])
+        y = np.unique(names[cuts[i + 1]:cuts[i + 2]])
+        shared = len(np.intersect1d(x, y, assume_unique=True))
+        similar.append(shared / max(len(x) + len(y) - shared, 1) >= MIN_SKELETON_SHARE)
     return float(np.mean(similar)) >= MIN_SIMILAR_PAIRS
-
-
-def _edges(first: np.ndarray, last: np.ndarray, inner: np.ndarray, n: int) -> np.ndarray:
-    """Pass starts with the passes at either end closed where the window holds them whole: the first pass starts as
-    far before its first marker as the others do, the last ends as far after its last marker."""
-    lead = int(np.median(first[1:] - inner))  # kernels of a pass before its first marker
-    tail = int(np.median(inner - last[:-1]))  # kernels of a pass after its last marker
-    cuts = inner
-    if first[0] - lead >= 0:
-        cuts = np.r_[first[0] - lead, cuts]
-    if last[-1] + tail <= n:
-        cuts = np.r_[cuts, last[-1] + tail]
-    return cuts
 
 
 def _tiles_a_repeat(blocks: list[tuple[int, int, int]], cover: np.ndarray, first: np.ndarray, n: int) -> bool:
@@ -170,8 +173,22 @@ def _tiles_a_repeat(blocks: list[tuple[int, int, int]], cover: np.ndarray, first
     if cover.any():
         return False
     length = float(np.median(np.diff(first)))
-    same = [e - s for s, e, p in blocks if abs(p - length) <= 0.1 * length]
+    if length <= 0:
+        return False
+    # the repetition's unit holds the marker spacing once or a few times (a group of layers of alternating types)
+    same = [e - s for s, e, p in blocks
+            if 1 <= round(p / length) <= MAX_LAYERS_PER_UNIT and abs(p - round(p / length) * length) <= 0.1 * p]
     return sum(same) >= 0.5 * n
+
+
+def _splits_layers(blocks: list[tuple[int, int, int]], first: np.ndarray, n: int) -> bool:
+    """A layer block whose unit is longer than the candidate pass and not a whole number of passes covers a good part
+    of the window: the candidate cuts layers into pieces (a pass holds every layer once)."""
+    length = float(np.median(np.diff(first)))
+    if length <= 0:
+        return False
+    longer = [e - s for s, e, p in blocks if p > 1.1 * length and abs(p - round(p / length) * length) > 0.1 * p]
+    return sum(longer) >= LAYER_PIECES * n
 
 
 def _recur_within_a_unit(first: np.ndarray) -> bool:
@@ -191,24 +208,36 @@ def _share_close(d: np.ndarray, lag: int) -> float:
     return float(np.mean(np.abs(a - b) <= SPACING_TOLERANCE * np.maximum(a, b)))
 
 
+def _edges(first: np.ndarray, last: np.ndarray, inner: np.ndarray, n: int) -> np.ndarray:
+    """Pass starts with the passes at either end closed where the window holds them whole: the first pass starts as
+    far before its first marker as the others do, the last ends as far after its last marker."""
+    lead = int(np.median(first[1:] - inner))  # kernels of a pass before its first marker
+    tail = int(np.median(inner - last[:-1]))  # kernels of a pass after its last marker
+    cuts = inner
+    if first[0] - lead >= 0:
+        cuts = np.r_[first[0] - lead, cuts]
+    if last[-1] + tail <= n:
+        cuts = np.r_[cuts, last[-1] + tail]
+    return cuts
+
+
 def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray, count: int,
                blocks: list[tuple[int, int, int]]) -> Passes | None:
     groups = _marker_groups(names, markers, count)
     if groups is None:
         return None
     first, last = groups
-    if _recur_within_a_unit(first):
-        return None
     n = len(names)
+    if _recur_within_a_unit(first) or _tiles_a_repeat(blocks, cover, first, n) or _splits_layers(blocks, first, n):
+        return None
     # where a pass ends between two marker groups: at the host's idle gap, else before the next pass's first
     # marker or after this pass's last; the placement that closes the most passes wins (the idle gap on ties)
-    at_gap = np.array([_cut(int(a), int(b), gap, cover) for a, b in zip(last[:-1], first[1:], strict=True)],
-                      dtype=np.int64)
+    at_gap = _cuts(last[:-1], first[1:], gap, cover)
     placements = [_edges(first, last, inner, n) for inner in (at_gap, first[1:], last[:-1] + 1)]
     cuts = max(placements, key=lambda c: (len(c), c[-1] - c[0]))
     if len(cuts) < 2 or np.median(np.diff(cuts)) < MIN_PASS_KERNELS or not _similar(names, cuts):
         return None
-    if not _hold_layers(cover, cuts, count) or _tiles_a_repeat(blocks, cover, first, n):
+    if not _hold_layers(cover, cuts, count):
         return None
     coverage = float(cuts[-1] - cuts[0]) / n
     return Passes(cuts, len(markers), count, coverage) if coverage >= MIN_COVERAGE else None
@@ -242,20 +271,21 @@ def find_passes(names: np.ndarray, gap: np.ndarray) -> Passes | None:
         markers = ids[(counts == count) & (outside >= OUTSIDE_LAYERS)]
         if len(markers) == 0:
             continue
+        if found and count < found[0].count / SAME_LEVEL:
+            break  # below the finest level found: coarser units (requests, whole captures) are not steps
         candidate = _candidate(names, gap, cover, markers, count, blocks)
         if candidate is not None and candidate.passes >= 2:
             found.append(candidate)
-    return _outermost(found)
+    return _finest(found)
 
 
-def _outermost(found: list[Passes]) -> Passes | None:
-    """Of the valid candidates, the lowest level of marker counts (a step holds its micro-batches and layers, never
-    the reverse); within a level (counts within ``SAME_LEVEL``: partial passes at the ends), most markers."""
+def _finest(found: list[Passes]) -> Passes | None:
+    """Of the valid candidates (tried from the highest marker count down), the finest level: a step holds every
+    layer once, so a unit that holds several passes (a request of many decode steps) is no step; within a level
+    (counts within ``SAME_LEVEL``: partial passes at the ends), the most markers."""
     if not found:
         return None
-    near = sorted(found, key=lambda c: c.count)
-    level = [c for c in near if c.count <= SAME_LEVEL * near[0].count]
-    return max(level, key=lambda c: (c.markers, c.coverage))
+    return max(found, key=lambda c: (c.markers, c.coverage))
 
 
 def passes_within(names: np.ndarray, gap: np.ndarray) -> Passes | None:
