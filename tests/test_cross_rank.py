@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceanalyzer.analysis.cross_rank import analyze_cross_rank, bus_factor
+from traceanalyzer.analysis.cross_rank import analyze_cross_rank
 from traceanalyzer.analysis.results import DeviceSummary
+from traceanalyzer.communication import bus_factor
 from traceanalyzer.testing.synth import make_trace
 from traceanalyzer.trace import Trace
 

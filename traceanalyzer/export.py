@@ -366,12 +366,11 @@ def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int)
 
 def _collective_frame(summary: Summary, dev: DeviceSummary) -> pd.DataFrame:
     from .analysis.collectives import with_transfer
-    from .findings.comm_rules import link_peak_gbps
+    from .communication import link_peak_gbps
 
     if not len(dev.collectives):
         return dev.collectives
-    cr = summary.cross_rank
-    c = with_transfer(dev.collectives, dev.rank, cr.per_collective if cr else None, link_peak_gbps(dev.name))
+    c = with_transfer(dev.collectives, dev.rank, summary.cross_rank, link_peak_gbps(dev.name))
     raw, names = _names(c["name"].tolist())
     c = c.assign(name=names, raw_name=raw)
     return _with_device(c.drop(columns=["compute_beside_ns"]), dev)

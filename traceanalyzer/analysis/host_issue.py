@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from ..api_names import HOST_SYNC, ISSUE_OP
+from ..communication import OTHER, kind_of
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
-from .collectives import kind_of
 from .grouped import dense_codes, distinct
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
@@ -146,7 +146,7 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     })
     # collectives only (NCCL's communicator set-up and tear-down ranges are not), and not the profiler's own
     # record of a work's wait()
-    known = (calls["kind"] != "other") | calls["name"].str.contains("barrier", case=False)
+    known = (calls["kind"] != OTHER) | calls["name"].str.contains("barrier", case=False)
     return calls[known & ~calls["name"].isin(NOT_A_CALL)].reset_index(drop=True)
 
 

@@ -8,8 +8,10 @@ be added, never renamed or dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 JSON_SCHEMA_VERSION = "1.0"
@@ -127,9 +129,55 @@ class DeviceSummary:
         }
 
 
+def rank_column(name: str, rank: int) -> str:
+    """The column of ``CrossRankSummary.per_collective`` that holds one rank's ``name`` (``start_ns_r0``,
+    ``wait_ns_r1``…)."""
+    return f"{name}_r{rank}"
+
+
+@dataclass(frozen=True, eq=False)
+class RankMatches:
+    """One rank's figures in the collective instances matched across ranks (``CrossRankSummary.per_collective``),
+    in table order, as int64 arrays: the rank's start, the transfer (the shortest rank's duration) and the rank's
+    wait (its duration minus the transfer)."""
+
+    start_ns: np.ndarray
+    transfer_ns: np.ndarray
+    wait_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def first_per_start(self) -> RankMatches:
+        """The first matched instance of each distinct start of the rank, in table order."""
+        first = np.sort(np.unique(self.start_ns, return_index=True)[1])
+        return RankMatches(self.start_ns[first], self.transfer_ns[first], self.wait_ns[first])
+
+    @cached_property
+    def _by_start(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        starts, first = np.unique(self.start_ns, return_index=True)
+        return starts, self.transfer_ns[first], self.wait_ns[first]
+
+    def lookup(self, start_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For instances of this rank starting at ``start_ns``: whether a matched instance starts there (the first
+        one in table order counts), and its transfer and wait (0 where none does)."""
+        starts, transfer, wait = self._by_start
+        start_ns = np.asarray(start_ns, dtype=np.int64)
+        if not len(starts) or not len(start_ns):
+            none = np.zeros(len(start_ns), dtype=np.int64)
+            return np.zeros(len(start_ns), dtype=bool), none, none.copy()
+        pos = np.minimum(np.searchsorted(starts, start_ns), len(starts) - 1)
+        hit = starts[pos] == start_ns
+        return hit, np.where(hit, transfer[pos], 0), np.where(hit, wait[pos], 0)
+
+
 @dataclass
 class CrossRankSummary:
-    """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew."""
+    """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew.
+
+    ``per_collective`` has one row per matched instance: shared columns (``kind``, ``transfer_ns``, ``bytes``,
+    ``busbw_gbps``…) and per-rank ones named by :func:`rank_column`; read a rank's figures with
+    :meth:`rank_matches`."""
 
     collectives_matched: int
     wait_ns_by_rank: dict[int, int]
@@ -144,6 +192,21 @@ class CrossRankSummary:
                 "wait_ns_by_rank": {str(k): v for k, v in self.wait_ns_by_rank.items()},
                 "transfer_ns_per_step": self.transfer_ns_per_step, "straggler_rank": self.straggler_rank,
                 "match_method": self.match_method, **self.extra}
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks of the match: those with a wait column in ``per_collective``, in column order."""
+        prefix = rank_column("wait_ns", 0)[:-1]
+        return [int(c[len(prefix):]) for c in self.per_collective.columns if str(c).startswith(prefix)]
+
+    def rank_matches(self, rank: int) -> RankMatches | None:
+        """The rank's start, transfer and wait in the matched instances; None when the rank is not in the match."""
+        per = self.per_collective
+        start, wait = rank_column("start_ns", rank), rank_column("wait_ns", rank)
+        if start not in per or wait not in per:
+            return None
+        return RankMatches(per[start].to_numpy(np.int64), per["transfer_ns"].to_numpy(np.int64),
+                           per[wait].to_numpy(np.int64))
 
 
 @dataclass

@@ -154,13 +154,11 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
 def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Columns | None:
     """``start_ns``, ``transfer_ns``, ``wait_ns`` (int64 arrays) of this rank's matched instances, or None without
     cross-rank data (arrays, not a frame: one per rank, a frame's construction would cost more than the work)."""
-    if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
+    matched = cross_rank.rank_matches(rank) if cross_rank is not None else None
+    if matched is None:
         return None
-    per = cross_rank.per_collective
-    start = array_of(per, f"start_ns_r{rank}", np.int64)
-    first = np.sort(np.unique(start, return_index=True)[1])  # the first row of each start, in table order
-    return {"start_ns": start[first], "transfer_ns": array_of(per, "transfer_ns", np.int64)[first],
-            "wait_ns": array_of(per, f"wait_ns_r{rank}", np.int64)[first]}
+    first = matched.first_per_start()  # the first row of each start, in table order
+    return {"start_ns": first.start_ns, "transfer_ns": first.transfer_ns, "wait_ns": first.wait_ns}
 
 
 def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:

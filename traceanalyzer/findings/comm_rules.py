@@ -11,6 +11,7 @@ import pandas as pd
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from ..classify.demangle import display_name
+from ..communication import ALLREDUCE_KINDS, bus_factors, group_sizes, link_peak_gbps
 from .context import (
     FindingContext,
     count_kinds_per_step,
@@ -22,14 +23,6 @@ from .context import (
     step_index,
     worst,
 )
-
-#: Collective kinds that are all-reduces (sub-buckets / kinds from the classifier and collectives analysis).
-ALLREDUCE_KINDS = ("allreduce", "all_reduce", "custom_allreduce")
-
-#: Peak unidirectional bandwidth per GPU of the scale-up link, GB/s (vendor figures), matched in name order.
-LINK_PEAK_GBPS = (("GB300", 900.0), ("GB200", 900.0), ("B300", 900.0), ("B200", 900.0), ("H200", 450.0),
-                  ("H100 PCIe", 64.0), ("H100", 450.0), ("H800", 200.0), ("A100-PCIE", 32.0), ("A100", 300.0),
-                  ("A800", 200.0), ("V100", 150.0))
 
 
 def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
@@ -140,16 +133,6 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
     return worst(found)
 
 
-def link_peak_gbps(gpu_name: str | None) -> float | None:
-    """Vendor peak unidirectional scale-up bandwidth for a GPU name, GB/s (None when unknown)."""
-    if not gpu_name:
-        return None
-    for key, peak in LINK_PEAK_GBPS:
-        if key.lower() in gpu_name.lower():
-            return peak
-    return None
-
-
 def _saving_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame, ideal_ns: np.ndarray) -> int:
     """Median per step of Σ min(exposed transfer, transfer − ideal): SM-idle time a faster transfer removes."""
     gain = np.clip(np.minimum(array_of(c, "exposed_transfer_ns", np.float64),
@@ -243,10 +226,12 @@ def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
         if peak is None or not big_rows.any():
             continue
         big = ctx.collectives(dev)[big_rows]
-        n = int(big["group_size"].max()) if big["group_size"].max() > 1 else 2
+        # the bus factor of each instance, as the report and the export compute it
+        ranks = len(ctx.summary.cross_rank.ranks) if ctx.summary.cross_rank is not None else 0
+        group = group_sizes(array_of(big, "group_size", np.int64), ranks)
+        n = int(group.max())
         nbytes = array_of(big, "bytes", np.float64)
-        kinds = big["kind"].astype(str).to_numpy()
-        factor = np.where(np.isin(kinds, ALLREDUCE_KINDS), 2 * (n - 1) / n, (n - 1) / n)
+        factor = bus_factors(big["kind"].astype(str).to_numpy(), group, ranks)
         busbw = nbytes * factor / np.maximum(array_of(big, "transfer_ns", np.float64), 1)  # bytes/ns == GB/s
         median_bw = float(np.median(busbw))
         if median_bw >= t.bandwidth_min_fraction * peak:

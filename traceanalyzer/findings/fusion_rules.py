@@ -31,7 +31,6 @@ from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from .context import FindingContext, ms, per_step_median, severity, step_index, worst
 from .evidence import (
-    ALLREDUCE_SUBBUCKETS,
     FUSABLE_SUBBUCKETS,
     MAX_CHAIN,
     NORM_NAME,
@@ -136,5 +135,5 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
     return worst(found)
 
 
-__all__ = ["ALLREDUCE_SUBBUCKETS", "FUSABLE_SUBBUCKETS", "MAX_CHAIN", "NORM_NAME", "NORM_SUBBUCKETS",
+__all__ = ["FUSABLE_SUBBUCKETS", "MAX_CHAIN", "NORM_NAME", "NORM_SUBBUCKETS",
            "allreduce_not_fused", "norm_not_fused", "unfused_chains"]

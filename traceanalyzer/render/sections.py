@@ -271,14 +271,14 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
     """Collectives grouped by name and message size per device: count, total, exposed, mean and p99 duration,
     transfer and wait (cross-rank), algbw and busbw against the link's peak where it is known."""
     from ..analysis.collectives import with_transfer
-    from ..findings.comm_rules import link_peak_gbps
+    from ..communication import link_peak_gbps
 
     rows, peaks = [], set()
     for d in devices:
         if not len(d.collectives) or "name" not in d.collectives.columns:
             continue
         peak = link_peak_gbps(d.name)
-        df = with_transfer(d.collectives, d.rank, cross.per_collective if cross else None, peak)
+        df = with_transfer(d.collectives, d.rank, cross, peak)
         if peak:
             peaks.add(f"{d.name}: {peak:g} GB/s")
         for (name, size), g in df.groupby([df["name"].astype(str), "bytes"], sort=True):
