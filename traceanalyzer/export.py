@@ -24,7 +24,7 @@ import pandas as pd
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .errors import BadInputError, EmptyTraceError
-from .trace import Trace
+from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
 
-PathLike = str | Path
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
 _WHERE = ["trace_id", "rank", "device"]
 _INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)

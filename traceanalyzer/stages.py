@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .api import classified
-from .trace import Table, Trace, TraceHeader
+from .trace import PathLike, Table, Trace, TraceHeader
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
     from .analysis.summary import SummaryOptions
 
-PathLike = str | Path
 
 
 @dataclass
