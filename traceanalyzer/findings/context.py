@@ -19,6 +19,7 @@ from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, RankMatches, Summary
 from ..communication import KIND_NAMES
 from ..trace import Trace
+from ..units import fmt_brief_ns as ms  # the rules' titles: ms(ns)
 from .evidence import DeviceEvidence
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_ns, step_windows, steps
 
@@ -228,10 +229,3 @@ def severity(pct: float | None) -> str:
     return "high" if pct >= 10 else "medium" if pct >= 3 else "low"
 
 
-def ms(ns: float | int | None) -> str:
-    """Human text for a duration in ns (for titles only; JSON keeps ns)."""
-    if ns is None:
-        return "n/a"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 100_000 else f"{ns / 1e3:.1f} µs"
