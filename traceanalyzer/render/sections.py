@@ -71,12 +71,6 @@ def device_title(d: DeviceSummary) -> str:
     return device_label(d.rank, d.device, d.name, with_name=True)
 
 
-def _int(value: Any) -> int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return int(value)
-
-
 # -- header and headline ---------------------------------------------------------------------------------
 def header(summary: Summary) -> dict[str, Any]:
     """Files (base names only), formats and versions, GPUs, ranks and the profiled window."""
