@@ -124,8 +124,3 @@ def _claim_compute(act: DeviceActivity, order: list[str], ws: np.ndarray, we: np
         out[COMPUTE_PREFIX + bucket] = now - before
         before = now
     return before
-
-
-def component_columns(frame: pd.DataFrame) -> list[str]:
-    """The component columns of a :func:`step_components` frame, in attribution order."""
-    return [c for c in frame.columns if c not in ("step", "duration_ns")]

@@ -205,13 +205,6 @@ def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFra
     return out
 
 
-def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
-                         thread: np.ndarray) -> np.ndarray:
-    """Index of the innermost range of the same thread containing each time ``t``, -1 if none (see
-    :func:`containing`)."""
-    return containing(starts, ends, threads, t, thread)[0]
-
-
 def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
                thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indexes of the innermost and of the outermost range of the same thread containing each time ``t``, -1 if
