@@ -319,8 +319,8 @@ def _steps_of(dev: DeviceSummary, starts: np.ndarray) -> np.ndarray:
     ps = dev.per_step
     if not len(ps):
         return np.full(len(starts), -1, dtype=np.int64)
-    row = iv.window_of(starts, ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64))
-    return np.where(row >= 0, ps["step"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+    return iv.window_ids(starts, ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64),
+                         ps["step"].to_numpy(np.int64))
 
 
 def _names(raw: list[str | None]) -> tuple[list[str | None], list[str | None]]:

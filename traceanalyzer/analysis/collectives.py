@@ -115,8 +115,6 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     cols = {key: v[order] for key, v in cols.items()}
     start, end = cols["start_ns"].astype(np.int64), cols["end_ns"].astype(np.int64)
     hidden = iv.measure_within(act.compute, start, end)
-    step_row = iv.window_of(start, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
-    step_ids = array_of(steps, "step")
     names = act.trace.names(cols["name_id"])
     # ordinal: the instance's place among those of its kind, in start order
     kind_code = pd.factorize(cols["kind"])[0]
@@ -129,7 +127,7 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     return frame({
         "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
         "kind": cols["kind"], "subbucket": act.trace.names(cols["sub_id"]), "stream": cols["stream"],
-        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+        "step": iv.window_ids(start, array_of(steps, "start_ns"), array_of(steps, "end_ns"), array_of(steps, "step")),
         "layer": cols["layer"].astype(np.int64), "ordinal": ordinal, "seq": cols["seq"].astype(np.int64),
         "bytes": cols["bytes"].astype(np.int64), "dtype": act.trace.names(cols["dtype_id"]),
         "group_size": cols["group_size"].astype(np.int64), "exposed_ns": (end - start) - hidden,

@@ -154,11 +154,9 @@ def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
     """The exposed-communication segments, labelled with the step and layer windows holding their start."""
     s, e = exposed
-    step_row = iv.window_of(s, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
-    step_ids = array_of(steps, "step")
     return frame({
         "start_ns": s, "end_ns": e, "duration_ns": e - s,
-        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+        "step": iv.window_ids(s, array_of(steps, "start_ns"), array_of(steps, "end_ns"), array_of(steps, "step")),
         "layer": layers.layer_at(s),
     }, GAP_COLUMNS)
 

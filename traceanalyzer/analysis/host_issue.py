@@ -383,10 +383,9 @@ def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame
         return calls.assign(step=np.empty(0, dtype=np.int64))
     if not len(per_step):
         return calls.assign(step=pd.Series(dtype=np.int64))
-    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
-    ws, we = per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order]
-    after = iv.window_of(calls["after_ns"].to_numpy(np.int64), ws, we)
-    before = iv.window_of(calls["before_ns"].to_numpy(np.int64), ws, we)
+    ws, we = per_step["start_ns"].to_numpy(), per_step["end_ns"].to_numpy()
+    after = iv.window_index(calls["after_ns"].to_numpy(np.int64), ws, we)
+    before = iv.window_index(calls["before_ns"].to_numpy(np.int64), ws, we)
     ok = (calls["after_ns"].to_numpy() >= 0) & (calls["before_ns"].to_numpy() >= 0) & (after >= 0) & (before >= 0)
-    steps = per_step["step"].to_numpy()[order]
+    steps = per_step["step"].to_numpy()
     return calls[ok].assign(step=steps[after[ok]].astype(np.int64)).reset_index(drop=True)

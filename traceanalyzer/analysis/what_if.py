@@ -94,11 +94,8 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None
     # multiples of 0.5 ns: sums of them are exact in any order
     excess = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
     del of_kernel, dur, beside  # each as long as the compute kernels
-    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
-    win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
+    step = iv.window_ids(s, per_step["start_ns"].to_numpy(), per_step["end_ns"].to_numpy(), per_step["step"].to_numpy())
     del s
-    step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
-    del win
     steps = np.unique(step)
     total = np.bincount(np.searchsorted(steps, step), weights=excess, minlength=len(steps))
     return pd.Series(total[steps >= 0].astype(np.int64), index=steps[steps >= 0])

@@ -40,10 +40,7 @@ def step_windows(dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
 
 def step_index(dev: DeviceSummary, times: np.ndarray) -> np.ndarray:
     """Index (0-based, into ``step_windows``) of the step window holding each time, -1 outside every step."""
-    ws, we = step_windows(dev)
-    order = np.argsort(ws, kind="stable")
-    found = iv.window_of(times, ws[order], we[order])
-    return np.where(found >= 0, order[np.maximum(found, 0)], -1)
+    return iv.window_index(times, *step_windows(dev))
 
 
 def per_step_median(n_steps: int, step_idx: np.ndarray, values: np.ndarray) -> int:
