@@ -122,7 +122,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
     findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
     from .analysis.cross_rank import analyze_cross_rank
-    from .analysis.results import Summary
+    from .analysis.results import RunCompleteness, Summary
     from .analysis.runs import group_runs, run_warnings
 
     headers = [p.header for p in parts]
@@ -133,9 +133,8 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     run_devices = [d for d in devices if d.trace in primary]
     cross = analyze_cross_rank([h for h in headers if h.path in primary], run_devices)
     if cross is not None and runs:
-        cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
-                            "world_size": runs[0].world_size})
-    # reads cross.extra["partial"]
+        cross.completeness = RunCompleteness(ranks_missing=runs[0].ranks_missing, world_size=runs[0].world_size)
+    # reads cross.completeness
     what_if = work.comm_free(primary, run_devices, cross, "what_if_range" not in options.skip)
     warnings = [_named(p.header.path, w) for p in parts for w in p.warnings]
     warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]

@@ -171,6 +171,22 @@ class RankMatches:
         return hit, np.where(hit, transfer[pos], 0), np.where(hit, wait[pos], 0)
 
 
+@dataclass(frozen=True)
+class RunCompleteness:
+    """Whether the matched ranks are the whole job (from run identity, :mod:`.runs`): ``partial`` when
+    ``ranks_missing`` of its ``world_size`` ranks are not in the traces."""
+
+    ranks_missing: int
+    world_size: int | None
+
+    @property
+    def partial(self) -> bool:
+        return self.ranks_missing > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partial": self.partial, "ranks_missing": self.ranks_missing, "world_size": self.world_size}
+
+
 @dataclass
 class CrossRankSummary:
     """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew.
@@ -186,12 +202,15 @@ class CrossRankSummary:
     match_method: str = ""
     per_collective: pd.DataFrame = field(default_factory=_empty_df)
     extra: dict[str, Any] = field(default_factory=dict)
+    # set by the reduce once the runs are known (JSON ``partial``, ``ranks_missing``, ``world_size``)
+    completeness: RunCompleteness | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"collectives_matched": self.collectives_matched,
                 "wait_ns_by_rank": {str(k): v for k, v in self.wait_ns_by_rank.items()},
                 "transfer_ns_per_step": self.transfer_ns_per_step, "straggler_rank": self.straggler_rank,
-                "match_method": self.match_method, **self.extra}
+                "match_method": self.match_method, **self.extra,
+                **(self.completeness.to_json() if self.completeness is not None else {})}
 
     @property
     def ranks(self) -> list[int]:

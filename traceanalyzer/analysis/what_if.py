@@ -572,11 +572,12 @@ def _by_rank_tables(stepped: dict[int, pd.DataFrame]
 
 
 def _partial_run(cross_rank: CrossRankSummary | None) -> dict[str, Any]:
-    """Confidence low when ranks of the job are missing (``cross_rank.extra["partial"]``, from run identity):
-    the given ranks' collectives include waiting for ranks not in the trace, so transfer and wait blur."""
-    if cross_rank is None or not cross_rank.extra.get("partial"):
+    """Confidence low when ranks of the job are missing (``cross_rank.completeness``, from run identity): the
+    given ranks' collectives include waiting for ranks not in the trace, so transfer and wait blur."""
+    done = cross_rank.completeness if cross_rank is not None else None
+    if done is None or not done.partial:
         return {}
-    missing, world = cross_rank.extra.get("ranks_missing"), cross_rank.extra.get("world_size")
+    missing, world = done.ranks_missing, done.world_size
     return {"partial": True, "ranks_missing": missing, "confidence": "low",
             "partial_note": f"{missing} of {world} ranks missing: the given ranks' collectives include waiting "
                             "for ranks not in the trace"}
