@@ -137,7 +137,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     # reads cross.completeness
     what_if = work.comm_free(primary, run_devices, cross, "what_if_range" not in options.skip)
     warnings = [_named(p.header.path, w) for p in parts for w in p.warnings]
-    warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
+    warnings += [_named(d.trace, w) for d in devices for w in d.warnings]
     warnings += run_warnings(runs)
     frames = [p.gpu_metrics for p in parts if p.gpu_metrics is not None]
     result = Summary(traces=[p.meta for p in parts], devices=devices, cross_rank=cross, what_if=what_if,
@@ -174,7 +174,7 @@ def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
     base = {str(t.path): t.base_time_ns for t in traces}
     for dev in devices:
         origin = base.get(dev.trace)
-        lo, hi = dev.extra.get("window_ns", (0, 0))
+        lo, hi = dev.figures.window_ns if dev.figures is not None else (0, 0)
         if origin is None or hi <= lo:
             continue
         old = windows.get(dev.device)

@@ -40,6 +40,25 @@ class TraceMeta:
                 "window_ns": list(self.window_ns) if self.window_ns else None, "warnings": self.warnings}
 
 
+@dataclass(frozen=True)
+class DeviceFigures:
+    """The rest of a (rank, device)'s figures, at the end of its ``summary --json`` entry (in this order)."""
+
+    exclusive_precedence: tuple[str, ...]  # the buckets in the order the exclusive split claims time
+    comm_on_compute_stream_pct: float | None  # communication time on a stream that also runs compute
+    kernels: int
+    memops: int
+    window_ns: tuple[int, int]  # first start and last end of the device's activity
+    layers: int  # layer instances found
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exclusive_precedence": list(self.exclusive_precedence),
+                "comm_on_compute_stream_pct": self.comm_on_compute_stream_pct, "kernels": self.kernels,
+                "memops": self.memops, "window_ns": list(self.window_ns), "layers": self.layers,
+                "warnings": list(self.warnings)}
+
+
 @dataclass
 class DeviceSummary:
     """Time breakdown of one (rank, device). All times integer ns, intervals half-open."""
@@ -76,7 +95,7 @@ class DeviceSummary:
     # the headline numbers over the step windows only: window_ns, busy_ns, idle_ns, busy_pct, bucket_exclusive_ns
     in_steps: dict[str, Any] = field(default_factory=dict)
     comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
-    extra: dict[str, Any] = field(default_factory=dict)
+    figures: DeviceFigures | None = None  # None in hand-built summaries (tests)
     # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
     activity: Any = field(default=None, repr=False, compare=False)
     # the analysis.layers.Layers behind per_layer (each kernel's layer), for exports; never in JSON
@@ -84,32 +103,32 @@ class DeviceSummary:
     # (step ids, host events a profiler records per step) for the what-if (analysis.what_if_range); never in JSON
     host_events: Any = field(default=None, repr=False, compare=False)
 
-    # the JSON's names for figures kept in ``extra`` (notebooks read them as attributes)
+    # the figures' JSON names as attributes (notebooks read them), with their values when ``figures`` is None
     @property
     def kernels(self) -> int:
         """Number of kernels on the device (JSON ``kernels``)."""
-        return int(self.extra.get("kernels", 0))
+        return self.figures.kernels if self.figures is not None else 0
 
     @property
     def memops(self) -> int:
         """Number of memory operations on the device (JSON ``memops``)."""
-        return int(self.extra.get("memops", 0))
+        return self.figures.memops if self.figures is not None else 0
 
     @property
     def layers(self) -> int:
         """Number of layer instances found (JSON ``layers``; the table is ``per_layer``)."""
-        return int(self.extra.get("layers", 0))
+        return self.figures.layers if self.figures is not None else 0
 
     @property
     def window_ns(self) -> tuple[int, int]:
         """First start and last end of the device's activity, ns (JSON ``window_ns``)."""
-        lo, hi = self.extra.get("window_ns", (0, self.span_ns))
+        lo, hi = self.figures.window_ns if self.figures is not None else (0, self.span_ns)
         return int(lo), int(hi)
 
     @property
     def warnings(self) -> list[str]:
         """Warnings about this device's analysis (JSON ``warnings``)."""
-        return list(self.extra.get("warnings", []))
+        return list(self.figures.warnings) if self.figures is not None else []
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,7 +144,7 @@ class DeviceSummary:
             "layers_per_step": self.layers_per_step, "in_steps": self.in_steps,
             "comm_streams": self.comm_streams, "compute_streams": self.compute_streams,
             "comm_serialized_with_compute": self.comm_serialized_with_compute,
-            **self.extra,
+            **(self.figures.to_json() if self.figures is not None else {}),
         }
 
 

@@ -34,7 +34,7 @@ def step_windows(dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
     ps = dev.per_step
     if len(ps):
         return array_of(ps, "start_ns", np.int64), array_of(ps, "end_ns", np.int64)
-    lo, hi = dev.extra.get("window_ns", (0, dev.span_ns))
+    lo, hi = dev.window_ns
     return np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)
 
 

@@ -426,7 +426,8 @@ def method_notes(summary: Summary) -> dict[str, Any]:
     for t in summary.traces:
         warnings += [f"{Path(t.path).name}: {w}" for w in t.warnings]
     precedence = summary.extra.get("exclusive_precedence") or next(
-        (d.extra["exclusive_precedence"] for d in summary.devices if d.extra.get("exclusive_precedence")), None)
+        (d.figures.exclusive_precedence for d in summary.devices
+         if d.figures is not None and d.figures.exclusive_precedence), None)
     excluded = [str(e) for e in summary.extra.get("excluded") or []] + _outside_steps(summary)
     return {"definitions": DEFINITIONS, "sources": sources,
             "precedence": " > ".join(map(str, precedence)) if precedence else None,
