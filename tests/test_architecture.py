@@ -131,3 +131,25 @@ def test_buckets_are_declared_once() -> None:
                if p.name != "buckets.py" and (lines := _bucket_literals(p))}
     assert spelled == {}, f"bucket lists outside traceanalyzer/buckets.py: {spelled}"
     assert _bucket_literals(PACKAGE / "buckets.py") == [] and len(BUCKETS) >= 3  # built from BUCKET_TABLE
+
+
+#: Small concepts with one home: name → the module (under traceanalyzer/) that defines it.
+ONE_HOME = {"PathLike": "trace.py", "fmt_ns": "units.py", "fmt_ms": "units.py", "fmt_brief_ns": "units.py",
+            "fmt_round_ns": "units.py", "fmt_pct": "units.py"}
+
+
+def test_small_concepts_are_defined_once() -> None:
+    homes: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name in names:
+                if name in ONE_HOME:
+                    homes.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    assert homes == {name: [home] for name, home in ONE_HOME.items()}

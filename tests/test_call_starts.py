@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import decoded
 
-from traceanalyzer.call_starts import BLOCK_SPAN_NS, counts_between, decoded, start_blocks
+from traceanalyzer.call_starts import BLOCK_SPAN_NS, counts_between, start_blocks
 
 
 def _encoded(start: np.ndarray, pid: np.ndarray, rank_of: dict[int, int], chunk: int

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceanalyzer.analysis.cross_rank import analyze_cross_rank, bus_factor
+from traceanalyzer.analysis.cross_rank import analyze_cross_rank
 from traceanalyzer.analysis.results import DeviceSummary
+from traceanalyzer.communication import bus_factor
 from traceanalyzer.testing.synth import make_trace
 from traceanalyzer.trace import Trace
 
@@ -65,6 +66,24 @@ def test_step_matching_transfer_wait_and_straggler() -> None:
     # start gaps fully explained by waits: no apparent clock offset, arrivals agree with least wait
     assert cr.extra["clock_offset_ns_by_rank"] == {"1": 0}
     assert cr.extra["arrival_agrees_with_least_wait_pct"] == 100.0
+
+
+def test_rank_matches_reads_one_ranks_figures_from_the_table() -> None:
+    r0 = _device(0, [(1_000, 150, 1), (5_000, 100, 2)], path="r0")
+    r1 = _device(1, [(1_050, 100, 1), (4_970, 130, 2)], path="r1")
+    cr = analyze_cross_rank([_trace("r0", 10_000), _trace("r1", 10_000)], [r0, r1])
+    assert cr is not None and cr.ranks == [0, 1] and cr.rank_matches(7) is None
+    one = cr.rank_matches(1)
+    assert one is not None and sorted(zip(one.start_ns.tolist(), one.transfer_ns.tolist(), one.wait_ns.tolist(),
+                                          strict=True)) == [(1_050, 100, 0), (4_970, 100, 30)]
+    hit, transfer, wait = one.lookup(np.array([4_970, 4_971, 1_050]))
+    assert hit.tolist() == [True, False, True] and transfer.tolist() == [100, 0, 100] and wait.tolist() == [30, 0, 0]
+    # instances of a rank that start together: the first one in table order is the one a start finds
+    doubled = replace(cr, per_collective=pd.concat([cr.per_collective, cr.per_collective.assign(transfer_ns=1)]))
+    matches = doubled.rank_matches(0)
+    assert matches is not None and len(matches) == 4 and len(matches.first_per_start()) == 2
+    assert matches.first_per_start().transfer_ns.tolist() == cr.per_collective["transfer_ns"].tolist()
+    assert matches.lookup(np.array([1_000]))[1].tolist() == [100]
 
 
 def test_windows_starting_on_different_steps_match_by_step_number() -> None:

@@ -32,7 +32,7 @@ def test_device_totals_are_exact():
     assert (d.comm_ns, d.comm_hidden_ns, d.comm_exposed_ns) == (30, 5, 25)
     assert d.overlap_pct == pytest.approx(100 * 5 / 30)
     assert sum(d.bucket_exclusive_ns.values()) == d.busy_ns
-    assert d.extra["exclusive_precedence"].index("gemm") < d.extra["exclusive_precedence"].index("communication")
+    assert d.figures.exclusive_precedence.index("gemm") < d.figures.exclusive_precedence.index("communication")
     assert d.comm_streams == [7, 9] and d.compute_streams == [7, 9]
     assert d.comm_serialized_with_compute
     assert d.steps == 1 and d.step_source == "none" and d.step_ns_median == 70
@@ -56,7 +56,7 @@ def test_memory_copies_do_not_hide_communication():
     d = analyze_device(t, 0, 0)
     assert (d.comm_hidden_ns, d.comm_exposed_ns) == (0, 100)
     # the exclusive split gives the shared 100 ns to whichever bucket the stated precedence puts first
-    first = min(("communication", "memory"), key=d.extra["exclusive_precedence"].index)
+    first = min(("communication", "memory"), key=d.figures.exclusive_precedence.index)
     assert d.bucket_exclusive_ns[first] == 100 and sum(d.bucket_exclusive_ns.values()) == 100
 
 

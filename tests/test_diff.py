@@ -243,7 +243,9 @@ def test_a_run_without_steps_is_not_comparable() -> None:
        st.lists(st.tuples(st.integers(0, 950), st.integers(1, 60), st.sampled_from(["HtoD", "PtoP"])), max_size=5),
        st.integers(1, 4))
 def test_step_components_always_add_up(kernels, memops, n_steps) -> None:
-    from traceanalyzer.analysis.attribution import component_columns, step_components
+    from references import component_columns
+
+    from traceanalyzer.analysis.attribution import step_components
     from traceanalyzer.buckets import EXCLUSIVE_PRECEDENCE
     from traceanalyzer.pipeline import summarize
 

@@ -6,12 +6,17 @@ inside a step, warm-up activity outside the step windows, and the options (thres
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 from traceanalyzer.analysis.summary import SummaryOptions
 from traceanalyzer.findings import FindingOptions, FindingThresholds, run_findings
 from traceanalyzer.findings.context import kinds_text
 from traceanalyzer.pipeline import summarize
 from traceanalyzer.testing.synth import make_trace
 
+ROOT = Path(__file__).resolve().parents[1]
 US = 1_000
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -120,11 +125,74 @@ def test_summary_options_carry_thresholds_and_disabled_rules():
 
 
 def test_every_rule_is_registered_and_documented():
-    from pathlib import Path
-
     from traceanalyzer.findings import RULE_IDS, _registry
 
-    assert tuple(_registry()) == RULE_IDS
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "FINDINGS.md").read_text(encoding="utf-8")
-    assert all(f"### `{rule}`" in doc for rule in RULE_IDS)
+    assert tuple(_registry()) == RULE_IDS and len(set(RULE_IDS)) == len(RULE_IDS)
+    doc = (ROOT / "docs" / "FINDINGS.md").read_text(encoding="utf-8")
+    rules = doc[doc.index("## Rules"):].split("\n## ")[0]
+    assert re.findall(r"^### `(\w+)`", rules, flags=re.M) == list(RULE_IDS)  # a section per rule, in run order
     assert all(f"`{name}`" in doc for name in FindingThresholds.__dataclass_fields__)
+
+
+def _finding_ids_spelled(path: Path) -> list[str]:
+    """``Finding(id=<string literal>)`` calls in a module: ids not taken from ``findings/rule_ids.py``."""
+    return [f"{path.name}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Finding")
+            and any(k.arg == "id" and isinstance(k.value, ast.Constant) for k in node.keywords)]
+
+
+def test_rule_ids_are_spelled_once_in_the_package():
+    from traceanalyzer.findings import RULE_IDS
+
+    package = ROOT / "traceanalyzer"
+    assert [hit for p in sorted(package.rglob("*.py")) for hit in _finding_ids_spelled(p)] == []
+    again = []
+    for path in sorted((package / "findings").glob("*.py")):
+        if path.name == "rule_ids.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        exported = {id(c) for node in tree.body if isinstance(node, ast.Assign) and
+                    "__all__" in [getattr(t, "id", None) for t in node.targets]
+                    for c in ast.walk(node.value)}  # __all__ names the rule functions, not the ids
+        again += [f"{path.name}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                  and n.value in RULE_IDS and id(n) not in exported]
+    assert again == [], f"rule ids spelled outside traceanalyzer/findings/rule_ids.py: {again}"
+
+
+def _looked_up_ids(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants a test compares with finding ids: ``f.id == "x"``, ``f["id"] == "x"``, ``"x" in ids`` /
+    ``in _ids(…)`` / ``in [f.id …]``, ``{"x", …} <= {f.id …}``, ``_found(summary, "x")``."""
+    def strings(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        return [e.value for e in getattr(node, "elts", []) if isinstance(e, ast.Constant)]
+
+    def about_ids(node: ast.AST) -> bool:
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            return about_ids(node.elt)
+        return (isinstance(node, ast.Attribute) and node.attr == "id") or \
+            (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "id") or \
+            (isinstance(node, ast.Name) and ast.unparse(node) == "ids") or \
+            (isinstance(node, ast.Call) and ast.unparse(node.func) == "_ids")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            left, right = node.left, node.comparators[0]
+            for value, other in ((left, right), (right, left)):
+                if about_ids(other) and not about_ids(value):
+                    found += [(node.lineno, s) for s in strings(value)]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "_found" and len(node.args) > 1:
+            found += [(node.lineno, s) for s in strings(node.args[1])]
+    return found
+
+
+def test_tests_look_up_registered_rule_ids():
+    """A misspelled id in a test would make ``assert "x" not in ids`` pass for the wrong reason."""
+    from traceanalyzer.findings import RULE_IDS
+
+    tests = [p for p in sorted((ROOT / "tests").glob("test_*.py")) if p.name != "test_diff.py"]  # made-up ids
+    looked_up = {f"{p.name}:{line}": value for p in tests
+                 for line, value in _looked_up_ids(ast.parse(p.read_text(encoding="utf-8")))}
+    assert len(looked_up) >= 20  # the scan sees the tests' lookups
+    assert {k: v for k, v in looked_up.items() if v not in RULE_IDS} == {}

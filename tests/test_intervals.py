@@ -79,6 +79,14 @@ def test_window_of_and_gaps():
     assert pairs(iv.gaps(u, -5, 40)) == [(-5, 0), (10, 20), (30, 40)]
 
 
+def test_which_window_holds_a_point_with_windows_in_any_order():
+    # windows given out of start order: [20, 30) is window 0, [0, 10) window 1; ids are step numbers
+    points = arr(-1, 0, 9, 10, 25)
+    assert iv.window_index(points, arr(20, 0), arr(30, 10)).tolist() == [-1, 1, 1, -1, 0]
+    assert iv.window_ids(points, arr(20, 0), arr(30, 10), arr(7, 3)).tolist() == [-1, 3, 3, -1, 7]
+    assert iv.window_ids(points, arr(), arr(), arr()).tolist() == [-1] * 5
+
+
 def test_range_min_max_handles_nested_and_empty_ranges():
     mins, maxs, ok = iv.range_min_max(arr(5, 3, 9, 1), arr(6, 4, 10, 2), arr(0, 1, 2, 4), arr(4, 3, 2, 4))
     assert ok.tolist() == [True, True, False, False]

@@ -121,7 +121,9 @@ def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
 
 
 def test_without_rank_keeps_the_other_ranks_counts() -> None:
-    from traceanalyzer.call_starts import counts_between, decoded, start_blocks, without_rank
+    from references import decoded
+
+    from traceanalyzer.call_starts import counts_between, start_blocks, without_rank
 
     rng = np.random.default_rng(7)
     parts, offsets, row = [], [], 0

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, SHARED
+from references import decoded
 
 from traceanalyzer.analysis.host_issue import api_span_within, issue_ranges
 from traceanalyzer.api import load
-from traceanalyzer.call_starts import decoded
 from traceanalyzer.loaders import SUMMARY_TABLES, nsys_sql
 from traceanalyzer.pipeline import summarize
 

@@ -135,7 +135,12 @@ def test_rank_files_of_different_runs_are_not_matched():
 def test_missing_ranks_make_cross_rank_results_partial():
     s = ta.summary([_rank_trace(r, base=10**18, world=8, path=f"r{r}.json") for r in (0, 1)], findings=False)
     assert s.extra["runs"][0]["ranks_missing"] == 6 and s.extra["ranks_missing"] == 6
-    assert s.cross_rank is not None and s.cross_rank.extra["partial"] is True
+    assert s.cross_rank is not None and s.cross_rank.completeness is not None
+    assert s.cross_rank.completeness.partial and s.cross_rank.completeness.world_size == 8
+    cross = s.to_json()["cross_rank"]
+    assert list(cross)[-3:] == ["partial", "ranks_missing", "world_size"]  # the JSON contract's keys, last
+    assert (cross["partial"], cross["ranks_missing"], cross["world_size"]) == (True, 6, 8)
+    assert s.what_if.details["partial"] is True and s.what_if.details["confidence"] == "low"
     assert "6 of 8 ranks are missing" in " ".join(s.warnings)
 
 

@@ -74,6 +74,13 @@ def test_summary_json_contract_and_exact_numbers(tmp_path: Path, capsys: pytest.
     assert {k: dev[k] for k in expected} == expected
     assert dev["bucket_ns"] == {"communication": 50_000, "gemm": 120_000}
     assert sum(dev["bucket_exclusive_ns"].values()) == dev["busy_ns"]
+    # DeviceSummary.figures: typed, at the end of the device's entry in this order
+    assert list(dev)[-7:] == ["exclusive_precedence", "comm_on_compute_stream_pct", "kernels", "memops", "window_ns",
+                              "layers", "warnings"]
+    assert (dev["kernels"], dev["memops"], dev["layers"], dev["warnings"]) == (3, 0, 0, [])
+    assert dev["comm_on_compute_stream_pct"] == 100.0 and dev["exclusive_precedence"][-1] == "communication"
+    lo, hi = dev["window_ns"]
+    assert hi - lo == 150_000
 
 
 GEMM = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN"

@@ -356,7 +356,7 @@ def test_nsys_prefill_serial_agrees_with_the_kineto_truth(shared_data: Path) -> 
 
 
 def test_innermost_containing_range_per_thread() -> None:
-    from traceanalyzer.analysis.host_issue import innermost_containing
+    from traceanalyzer.analysis.host_issue import containing
 
     # thread 1: [0, 100) ⊃ [10, 90) ⊃ [20, 30), [40, 45); thread 2: [0, 1000)
     starts = np.array([0, 10, 20, 40, 0], dtype=np.int64)
@@ -364,7 +364,7 @@ def test_innermost_containing_range_per_thread() -> None:
     threads = np.array([1, 1, 1, 1, 2], dtype=np.int64)
     t = np.array([25, 50, 95, 150, 150, 5, 42], dtype=np.int64)
     thread = np.array([1, 1, 1, 1, 2, 3, 1], dtype=np.int64)
-    assert innermost_containing(starts, ends, threads, t, thread).tolist() == [2, 1, 0, -1, 4, -1, 3]
+    assert containing(starts, ends, threads, t, thread)[0].tolist() == [2, 1, 0, -1, 4, -1, 3]  # the innermost
 
 
 def test_collectives_outside_every_step_do_not_break_the_estimate() -> None:

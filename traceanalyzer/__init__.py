@@ -20,14 +20,13 @@ from ._version import __version__
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .api import detect_format, info, load, load_many
 from .errors import BadInputError, ExitCode, TraceAnalyzerError
-from .trace import DeviceInfo, StringPool, Table, Trace
+from .trace import DeviceInfo, PathLike, StringPool, Table, Trace
 
 if TYPE_CHECKING:
     from .analysis.results import Summary
     from .export import ExportResult
     from .loaders import ProgressFn
 
-PathLike = str | Path
 
 
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, step_range: str | None = None,

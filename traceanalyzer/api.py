@@ -12,9 +12,7 @@ import numpy as np
 from .errors import EmptyTraceError
 from .loaders import ProgressFn, detect_format, expand_paths, load_one
 from .loaders.limits import Window, parse_window
-from .trace import Trace
-
-PathLike = str | Path
+from .trace import PathLike, Trace
 
 
 def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,

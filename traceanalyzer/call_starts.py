@@ -79,14 +79,6 @@ def counts_between(blocks: Columns, offsets: np.ndarray, rank: int, lo: np.ndarr
     return counts
 
 
-def decoded(blocks: Columns, offsets: np.ndarray, rank: int | None = None) -> np.ndarray:
-    """The starts (int64 ns) of every call, or of ``rank``'s, block by block (each block in start order)."""
-    sel = np.arange(len(blocks["first"])) if rank is None else np.flatnonzero(np.asarray(blocks["rank"]) == rank)
-    parts = [blocks["start_ns"][i] + offsets[blocks["first"][i]:blocks["first"][i] + blocks["rows"][i]]
-             .astype(np.int64) for i in sel.tolist()]
-    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-
-
 def without_rank(blocks: Columns, offsets: np.ndarray, rank: int) -> tuple[_Columns, np.ndarray]:
     """The blocks and offsets less ``rank``'s calls: its blocks dropped, the other blocks' calls moved up (in the
     order of their positions), as a summary lets go of a rank's starts once its devices are analysed."""

@@ -26,9 +26,8 @@ from .analysis.compare import (
 from .analysis.results import Summary
 from .analysis.summary import SKIPPABLE
 from .classify.engine import classes_shared
-from .trace import Trace
+from .trace import PathLike, Trace
 
-PathLike = str | Path
 #: What the summaries inside a diff leave out (``SummaryOptions.skip``): no diff output (JSON, terminal, HTML) and
 #: no findings rule reads those parts (docs/DIFF.md, "Cost").
 DIFF_SKIPS = SKIPPABLE

@@ -24,7 +24,7 @@ import pandas as pd
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .errors import BadInputError, EmptyTraceError
-from .trace import Trace
+from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
 
-PathLike = str | Path
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
 _WHERE = ["trace_id", "rank", "device"]
 _INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
@@ -320,8 +319,8 @@ def _steps_of(dev: DeviceSummary, starts: np.ndarray) -> np.ndarray:
     ps = dev.per_step
     if not len(ps):
         return np.full(len(starts), -1, dtype=np.int64)
-    row = iv.window_of(starts, ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64))
-    return np.where(row >= 0, ps["step"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+    return iv.window_ids(starts, ps["start_ns"].to_numpy(np.int64), ps["end_ns"].to_numpy(np.int64),
+                         ps["step"].to_numpy(np.int64))
 
 
 def _names(raw: list[str | None]) -> tuple[list[str | None], list[str | None]]:
@@ -366,12 +365,11 @@ def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int)
 
 def _collective_frame(summary: Summary, dev: DeviceSummary) -> pd.DataFrame:
     from .analysis.collectives import with_transfer
-    from .findings.comm_rules import link_peak_gbps
+    from .communication import link_peak_gbps
 
     if not len(dev.collectives):
         return dev.collectives
-    cr = summary.cross_rank
-    c = with_transfer(dev.collectives, dev.rank, cr.per_collective if cr else None, link_peak_gbps(dev.name))
+    c = with_transfer(dev.collectives, dev.rank, summary.cross_rank, link_peak_gbps(dev.name))
     raw, names = _names(c["name"].tolist())
     c = c.assign(name=names, raw_name=raw)
     return _with_device(c.drop(columns=["compute_beside_ns"]), dev)

@@ -21,7 +21,6 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
@@ -30,7 +29,7 @@ from .errors import BadInputError
 from .loaders import SUMMARY_TABLES, expand_paths, load_one
 from .loaders.limits import Window, parse_window
 from .stages import TracePart, analyze_trace, reduce_parts
-from .trace import Trace
+from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from .findings.context import EvidenceKey
     from .findings.evidence import DeviceEvidence
 
-PathLike = str | Path
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 

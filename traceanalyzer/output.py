@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .errors import OutputError
+from .trace import PathLike
 
-PathLike = str | Path
 STDOUT = "-"
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
 _TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")

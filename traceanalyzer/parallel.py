@@ -18,9 +18,8 @@ from typing import Any
 from . import errors
 from .loaders import ProgressFn, load_one
 from .loaders.limits import Window
-from .trace import Trace
+from .trace import PathLike, Trace
 
-PathLike = str | Path
 MAX_FILES_PER_TASK = 32  # files loaded by one worker task at most
 TASKS_PER_WORKER = 16  # runs of files per worker at least, where there are files enough
 

@@ -22,7 +22,7 @@ from .api import load_files, load_many, require_kernels
 from .errors import BadInputError
 from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
 from .stages import LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
-from .trace import Trace
+from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
 
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .analysis.results import Summary
     from .analysis.summary import SummaryOptions
 
-PathLike = str | Path
 ENGINES = ("local", "dask")  # summary engines: this process (+ -j loader processes), a Dask cluster
 
 

@@ -10,8 +10,8 @@ from typing import Any
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .analysis.results import Summary
 from .errors import EmptyTraceError
+from .trace import PathLike
 
-PathLike = str | Path
 DEFAULT_DIR = Path("reports")
 _TRACE_SUFFIXES = re.compile(r"(\.pt\.trace)?\.(json\.gz|json|sqlite3?|db|nsys-rep)$", re.IGNORECASE)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .api import classified
-from .trace import Table, Trace, TraceHeader
+from .trace import PathLike, Table, Trace, TraceHeader
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
     from .analysis.summary import SummaryOptions
 
-PathLike = str | Path
 
 
 @dataclass
@@ -123,7 +122,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
     findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
     from .analysis.cross_rank import analyze_cross_rank
-    from .analysis.results import Summary
+    from .analysis.results import RunCompleteness, Summary
     from .analysis.runs import group_runs, run_warnings
 
     headers = [p.header for p in parts]
@@ -134,12 +133,11 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     run_devices = [d for d in devices if d.trace in primary]
     cross = analyze_cross_rank([h for h in headers if h.path in primary], run_devices)
     if cross is not None and runs:
-        cross.extra.update({"partial": runs[0].ranks_missing > 0, "ranks_missing": runs[0].ranks_missing,
-                            "world_size": runs[0].world_size})
-    # reads cross.extra["partial"]
+        cross.completeness = RunCompleteness(ranks_missing=runs[0].ranks_missing, world_size=runs[0].world_size)
+    # reads cross.completeness
     what_if = work.comm_free(primary, run_devices, cross, "what_if_range" not in options.skip)
     warnings = [_named(p.header.path, w) for p in parts for w in p.warnings]
-    warnings += [_named(d.trace, w) for d in devices for w in d.extra.get("warnings", [])]
+    warnings += [_named(d.trace, w) for d in devices for w in d.warnings]
     warnings += run_warnings(runs)
     frames = [p.gpu_metrics for p in parts if p.gpu_metrics is not None]
     result = Summary(traces=[p.meta for p in parts], devices=devices, cross_rank=cross, what_if=what_if,
@@ -176,7 +174,7 @@ def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
     base = {str(t.path): t.base_time_ns for t in traces}
     for dev in devices:
         origin = base.get(dev.trace)
-        lo, hi = dev.extra.get("window_ns", (0, 0))
+        lo, hi = dev.figures.window_ns if dev.figures is not None else (0, 0)
         if origin is None or hi <= lo:
             continue
         old = windows.get(dev.device)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .schema import TABLES, empty_columns
+
+#: A file path as the public functions take it.
+PathLike = str | Path
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -154,12 +154,6 @@ class DeviceActivity:
             return 0, 0
         return int(self.busy[0][0]), int(self.busy[1][-1])
 
-    def comm_intervals(self) -> iv.Intervals:
-        """Every communication interval (kernels then peer copies), not merged."""
-        k, m = self.kernels, self.memops
-        return (np.concatenate((k["start_ns"][self.kernel_is_comm], m["start_ns"][self.memop_is_comm])),
-                np.concatenate((k["end_ns"][self.kernel_is_comm], m["end_ns"][self.memop_is_comm])))
-
 
 def _rows_of(table: Table, rank: int, device: int) -> Table:
     """Rows of (rank, device) in start order: views of the table's rows when they are consecutive and in start

@@ -38,14 +38,10 @@ COMPUTE_PREFIX = "compute:"
 
 def _wait_intervals(dev: DeviceSummary, cross: CrossRankSummary | None) -> iv.Intervals:
     """The leading ``wait_ns`` of each of the device's collective instances matched across ranks."""
-    if cross is None or not len(cross.per_collective):
+    matched = cross.rank_matches(dev.rank) if cross is not None else None
+    if matched is None or not len(matched):
         return iv.empty()
-    per = cross.per_collective
-    start_col, wait_col = f"start_ns_r{dev.rank}", f"wait_ns_r{dev.rank}"
-    if start_col not in per or wait_col not in per:
-        return iv.empty()
-    starts = per[start_col].to_numpy(np.int64)
-    return iv.union(starts, starts + per[wait_col].to_numpy(np.int64))
+    return iv.union(matched.start_ns, matched.start_ns + matched.wait_ns)
 
 
 def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> iv.Intervals:
@@ -128,8 +124,3 @@ def _claim_compute(act: DeviceActivity, order: list[str], ws: np.ndarray, we: np
         out[COMPUTE_PREFIX + bucket] = now - before
         before = now
     return before
-
-
-def component_columns(frame: pd.DataFrame) -> list[str]:
-    """The component columns of a :func:`step_components` frame, in attribution order."""
-    return [c for c in frame.columns if c not in ("step", "duration_ns")]

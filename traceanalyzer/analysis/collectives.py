@@ -13,50 +13,18 @@ id (kernel, then its launching API call), else by correlation id.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
+from ..communication import OTHER, PEER_COPY, bus_factors, kind_of
 from . import intervals as iv
 from .activity import DeviceActivity
 from .frames import array_of, frame
-
-KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast", "reduce",
-         "custom_allreduce", "allreduce_fusion")
-
-_NAME_KINDS: list[tuple[str, re.Pattern[str]]] = [
-    ("allreduce_fusion", re.compile(r"allreduce_?fusion|fused_?allreduce|all_?reduce.*(rms|norm)", re.I)),
-    ("custom_allreduce", re.compile(r"cross_device_reduce|custom_?all_?reduce|quick_?all_?reduce|"
-                                    r"one_?shot|two_?shot", re.I)),
-    ("allreduce", re.compile(r"all_?reduce", re.I)),
-    ("reducescatter", re.compile(r"reduce_?scatter", re.I)),
-    ("allgather", re.compile(r"all_?gather", re.I)),
-    ("alltoall", re.compile(r"all_?to_?all|dispatch|combine", re.I)),
-    ("broadcast", re.compile(r"broadcast|bcast", re.I)),
-    ("sendrecv", re.compile(r"send|recv|p2p|peer", re.I)),
-    ("reduce", re.compile(r"reduce", re.I)),
-]
+from .results import CrossRankSummary
 
 COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "kind", "subbucket", "stream", "step", "layer", "ordinal",
            "seq", "bytes", "dtype", "group_size", "exposed_ns", "hidden_ns", "compute_beside_ns", "correlation",
            "external_id", "source"]
-
-
-def kind_of(subbucket: str | None, name: str | None) -> str:
-    """Collective kind from a sub-bucket (``all_reduce``, ``allreduce_fusion``…) or else the kernel name."""
-    if subbucket:
-        key = subbucket.lower().replace("-", "_")
-        flat = key.replace("_", "")
-        for kind in KINDS:
-            if key == kind or flat == kind.replace("_", ""):
-                return kind
-        if flat in ("alltoallv", "all2all"):
-            return "alltoall"
-    for kind, pattern in _NAME_KINDS:
-        if name and pattern.search(name):
-            return kind
-    return "other"
 
 
 def _kinds(pool: list[str], sub_ids: np.ndarray, name_ids: np.ndarray) -> np.ndarray:
@@ -127,7 +95,7 @@ def _memop_part(act: DeviceActivity, memop_layer: np.ndarray) -> dict[str, np.nd
     sub_ids = m["subbucket_id"][rows] if "subbucket_id" in m else np.full(n, -1, dtype=np.int32)
     minus = np.full(n, -1, dtype=np.int64)
     return {"start_ns": m["start_ns"][rows], "end_ns": m["end_ns"][rows], "name_id": m["name_id"][rows],
-            "sub_id": sub_ids, "kind": np.full(n, "p2p_copy", dtype=object), "stream": m["stream"][rows],
+            "sub_id": sub_ids, "kind": np.full(n, PEER_COPY, dtype=object), "stream": m["stream"][rows],
             "layer": memop_layer[rows], "seq": minus, "bytes": m["bytes"][rows], "dtype_id": minus,
             "group_size": minus, "correlation": m["correlation"][rows], "external_id": minus,
             "source": np.full(n, "memcpy", dtype=object)}
@@ -147,8 +115,6 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     cols = {key: v[order] for key, v in cols.items()}
     start, end = cols["start_ns"].astype(np.int64), cols["end_ns"].astype(np.int64)
     hidden = iv.measure_within(act.compute, start, end)
-    step_row = iv.window_of(start, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
-    step_ids = array_of(steps, "step")
     names = act.trace.names(cols["name_id"])
     # ordinal: the instance's place among those of its kind, in start order
     kind_code = pd.factorize(cols["kind"])[0]
@@ -161,7 +127,7 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     return frame({
         "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
         "kind": cols["kind"], "subbucket": act.trace.names(cols["sub_id"]), "stream": cols["stream"],
-        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+        "step": iv.window_ids(start, array_of(steps, "start_ns"), array_of(steps, "end_ns"), array_of(steps, "step")),
         "layer": cols["layer"].astype(np.int64), "ordinal": ordinal, "seq": cols["seq"].astype(np.int64),
         "bytes": cols["bytes"].astype(np.int64), "dtype": act.trace.names(cols["dtype_id"]),
         "group_size": cols["group_size"].astype(np.int64), "exposed_ns": (end - start) - hidden,
@@ -170,42 +136,32 @@ def collective_instances(act: DeviceActivity, steps: pd.DataFrame, kernel_layer:
     }, COLUMNS)
 
 
-def with_transfer(collectives: pd.DataFrame, rank: int, per_collective: pd.DataFrame | None,
+def with_transfer(collectives: pd.DataFrame, rank: int, cross: CrossRankSummary | None,
                   link_peak_gbps: float | None = None) -> pd.DataFrame:
     """A device's collective instances with the cross-rank split and bandwidths added.
 
-    ``transfer_ns`` / ``wait_ns`` come from the matched instance of ``per_collective``
-    (``CrossRankSummary.per_collective``, joined on this rank's start); unmatched instances (one rank, peer copies)
-    keep transfer = duration and wait = 0, with ``matched`` False. ``algbw_gbps`` = bytes / transfer and
-    ``busbw_gbps`` = algbw × NCCL's bus factor for the kind and group size (all-reduce 2(n−1)/n, gathers (n−1)/n);
-    both NaN when the message size is unknown. ``busbw_pct_of_peak`` compares busbw with ``link_peak_gbps``.
+    ``transfer_ns`` / ``wait_ns`` come from the matched instance of ``cross`` (``CrossRankSummary.rank_matches``,
+    joined on this rank's start); unmatched instances (one rank, peer copies) keep transfer = duration and
+    wait = 0, with ``matched`` False. ``algbw_gbps`` = bytes / transfer and ``busbw_gbps`` = algbw × the bus factor
+    of the kind and group size (:func:`traceanalyzer.communication.bus_factors`); both NaN when the message size is
+    unknown. ``busbw_pct_of_peak`` compares busbw with ``link_peak_gbps``.
     """
-    from .cross_rank import bus_factor
-
     c = collectives.reset_index(drop=True)
-    missing = {"bytes": -1, "group_size": -1, "kind": "other", "exposed_ns": np.nan}  # frames built by hand
+    missing = {"bytes": -1, "group_size": -1, "kind": OTHER, "exposed_ns": np.nan}  # frames built by hand
     c = c.assign(**{k: v for k, v in missing.items() if k not in c.columns})
     if "duration_ns" not in c.columns:
         c = c.assign(duration_ns=c["end_ns"] - c["start_ns"])
     transfer = array_of(c, "duration_ns", np.int64).copy()
     wait = np.zeros(len(c), dtype=np.int64)
     matched = np.zeros(len(c), dtype=bool)
-    col = f"start_ns_r{rank}"
-    if per_collective is not None and len(per_collective) and col in per_collective and len(c):
-        per = per_collective.drop_duplicates(col).set_index(col)
-        hit = c["start_ns"].isin(per.index).to_numpy()
-        rows = per.loc[c["start_ns"][hit]]
-        transfer[hit] = array_of(rows, "transfer_ns", np.int64)
-        wait[hit] = array_of(rows, f"wait_ns_r{rank}", np.int64)
-        matched = hit
+    found = cross.rank_matches(rank) if cross is not None else None
+    if found is not None and len(c):
+        matched, m_transfer, m_wait = found.lookup(array_of(c, "start_ns", np.int64))
+        transfer[matched] = m_transfer[matched]
+        wait[matched] = m_wait[matched]
     nbytes = array_of(c, "bytes", np.float64)
-    ranks_matched = sum(1 for k in per_collective.columns if k.startswith("wait_ns_r")) \
-        if per_collective is not None else 0
-    group = np.where(array_of(c, "group_size", np.int64) > 0, array_of(c, "group_size", np.int64),
-                     max(ranks_matched, 1))
-    kinds = c["kind"].astype(str).to_numpy()
-    factors = {(k, int(n)): bus_factor(k, int(n)) for k, n in set(zip(kinds, group.tolist(), strict=True))}
-    factor = np.array([factors[(k, n)] for k, n in zip(kinds, group.tolist(), strict=True)], dtype=float)
+    factor = bus_factors(c["kind"].astype(str).to_numpy(), array_of(c, "group_size", np.int64),
+                         len(cross.ranks) if cross is not None else 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1), np.nan)  # B/ns = GB/s
     busbw = algbw * factor

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..buckets import EXCLUSIVE_PRECEDENCE
+from ..units import fmt_ms
 from .attribution import step_component_arrays
 from .kernel_match import (
     collective_table,
@@ -92,11 +93,11 @@ class DiffResult:
 
     def _repr_html_(self) -> str:
         s = self.step
-        rows = "".join(f"<tr><td>{html.escape(a['component'])}</td><td>{a['before_ns'] / 1e6:.3f}</td>"
-                       f"<td>{a['after_ns'] / 1e6:.3f}</td><td>{a['delta_ns'] / 1e6:+.3f}</td></tr>"
+        rows = "".join(f"<tr><td>{html.escape(a['component'])}</td><td>{fmt_ms(a['before_ns'])}</td>"
+                       f"<td>{fmt_ms(a['after_ns'])}</td><td>{fmt_ms(a['delta_ns'], signed=True)}</td></tr>"
                        for a in self.attribution if a["delta_ns"] or a["before_ns"] or a["after_ns"])
-        head = "—" if s["delta_ns"] is None else (f"{s['before_ns'] / 1e6:.3f} → {s['after_ns'] / 1e6:.3f} ms/step "
-                                                 f"({s['delta_pct']:+.1f} %, noise {s['noise_ns'] / 1e6:.3f} ms)")
+        head = "—" if s["delta_ns"] is None else (f"{fmt_ms(s['before_ns'])} → {fmt_ms(s['after_ns'])} ms/step "
+                                                 f"({s['delta_pct']:+.1f} %, noise {fmt_ms(s['noise_ns'])} ms)")
         why = "".join(f"<li>{html.escape(r)}</li>" for r in self.reasons)
         return (f"<div><b>diff: {html.escape(s['verdict'])}</b> — {html.escape(head)}<ul>{why}</ul>"
                 "<table><tr><th>component</th><th>before ms</th><th>after ms</th><th>Δ ms</th></tr>"

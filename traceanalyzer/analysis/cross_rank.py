@@ -24,29 +24,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ..communication import bus_factors
 from ..trace import Trace, TraceHeader
 from .frames import array_of
-from .results import CrossRankSummary, DeviceSummary
+from .results import CrossRankSummary, DeviceSummary, rank_column
 
 NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank
 MAX_OFFSET_SEARCH = 2048  # ordinal shifts tried when aligning ranks without step numbers
 ALIGN_SAMPLE = 2048  # leading collectives of the reference rank compared per shift
-
-
-def _normal_kind(kind: object) -> str:
-    return str(kind).lower().replace("_", "").replace("-", "").replace(" ", "")
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """busbw / algbw for a collective of ``n`` ranks (NCCL's convention: all-reduce 2(n-1)/n, gathers (n-1)/n)."""
-    k = _normal_kind(kind)
-    if n < 2:
-        return 1.0
-    if "allreduce" in k:
-        return 2.0 * (n - 1) / n
-    if any(word in k for word in ("allgather", "reducescatter", "alltoall")):
-        return (n - 1) / n
-    return 1.0
 
 
 def _clock_offsets(traces: Sequence[Trace | TraceHeader], parts: list[DeviceSummary]) -> dict[str, int] | None:
@@ -212,35 +197,31 @@ def match_collectives(devices: list[DeviceSummary], clocks: dict[str, int] | Non
         where[c] = np.arange(len(c))
         take = where[wanted]
         for v in values:
-            columns[f"{v}_r{dev.rank}"] = f[v][take]
+            columns[rank_column(v, dev.rank)] = f[v][take]
         if i == 0:  # the first rank's sequence numbers and ordinals, for reading the table
             columns.update({k: first[k] for k in ("seq", "ordinal", "step_ordinal") if k not in keys})
     return pd.DataFrame(columns), method
 
 
 def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) -> pd.DataFrame:
-    dur = np.column_stack([array_of(wide, f"duration_ns_r{r}", np.int64) for r in ranks])
+    dur = np.column_stack([array_of(wide, rank_column("duration_ns", r), np.int64) for r in ranks])
     transfer = dur.min(axis=1)
     new: dict[str, object] = {"transfer_ns": transfer}
-    new.update({f"wait_ns_r{r}": dur[:, i] - transfer for i, r in enumerate(ranks)})
+    new.update({rank_column("wait_ns", r): dur[:, i] - transfer for i, r in enumerate(ranks)})
     rank_arr = np.asarray(ranks)
     new["least_wait_rank"] = rank_arr[dur.argmin(axis=1)]
     if comparable:
-        clock = np.column_stack([array_of(wide, f"clock_ns_r{r}", np.int64) for r in ranks])
+        clock = np.column_stack([array_of(wide, rank_column("clock_ns", r), np.int64) for r in ranks])
         new["last_arrival_rank"] = rank_arr[clock.argmax(axis=1)]
         new["arrival_skew_ns"] = clock.max(axis=1) - clock.min(axis=1)
     else:
         new["last_arrival_rank"] = -1
         new["arrival_skew_ns"] = -1
     new["step"] = array_of(wide, f"step_r{ranks[0]}", np.int64)
-    size = np.column_stack([array_of(wide, f"bytes_r{r}", np.int64) for r in ranks]).max(axis=1)
-    group = np.column_stack([array_of(wide, f"group_size_r{r}", np.int64) for r in ranks]).max(axis=1)
-    group = np.where(group > 0, group, len(ranks))
+    size = np.column_stack([array_of(wide, rank_column("bytes", r), np.int64) for r in ranks]).max(axis=1)
+    group = np.column_stack([array_of(wide, rank_column("group_size", r), np.int64) for r in ranks]).max(axis=1)
     new["bytes"] = size
-    kind_codes, kinds = pd.factorize(wide["kind"])
-    pairs, inverse = np.unique(np.c_[kind_codes, group], axis=0, return_inverse=True)
-    factor = np.array([bus_factor(str(kinds[k]), int(n)) for k, n in pairs])[inverse.ravel()] \
-        if len(wide) else np.zeros(0)
+    factor = bus_factors(wide["kind"].to_numpy(), group, len(ranks))
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((size > 0) & (transfer > 0), size / np.maximum(transfer, 1), np.nan)  # B/ns = GB/s
     new["algbw_gbps"] = algbw
@@ -259,9 +240,12 @@ def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> dict[str, object]:
     if not len(per):
         return {}
     ref = ranks[0]
-    clock0, wait0 = array_of(per, f"clock_ns_r{ref}", np.int64), array_of(per, f"wait_ns_r{ref}", np.int64)
-    offsets = {str(r): int(np.median((array_of(per, f"clock_ns_r{r}", np.int64) - clock0)
-                                     - (wait0 - array_of(per, f"wait_ns_r{r}", np.int64)))) for r in ranks[1:]}
+
+    def of(name: str, rank: int) -> np.ndarray:
+        return array_of(per, rank_column(name, rank), np.int64)
+
+    clock0, wait0 = of("clock_ns", ref), of("wait_ns", ref)
+    offsets = {str(r): int(np.median((of("clock_ns", r) - clock0) - (wait0 - of("wait_ns", r)))) for r in ranks[1:]}
     agree = float((per["last_arrival_rank"] == per["least_wait_rank"]).mean() * 100)
     return {"arrival_agrees_with_least_wait_pct": round(agree, 1), "clock_offset_ns_by_rank": offsets}
 
@@ -286,8 +270,8 @@ def _per_step(per: pd.DataFrame, ranks: list[int]) -> tuple[int | None, dict[int
         return None, {}, 0
     grouped = stepped.groupby("step")
     transfer = grouped["transfer_ns"].sum()
-    medians = grouped[[f"wait_ns_r{r}" for r in ranks]].sum().median()
-    waits = {r: int(medians[f"wait_ns_r{r}"]) for r in ranks}
+    medians = grouped[[rank_column("wait_ns", r) for r in ranks]].sum().median()
+    waits = {r: int(medians[rank_column("wait_ns", r)]) for r in ranks}
     return int(transfer.median()), waits, len(transfer)
 
 
@@ -305,7 +289,7 @@ def analyze_cross_rank(traces: Sequence[Trace | TraceHeader], devices: list[Devi
     ranks = [d.rank for d in parts]
     wide, method = match_collectives(parts, clocks)
     per = _instance_metrics(wide, ranks, clocks is not None)
-    wait_total = {r: int(per[f"wait_ns_r{r}"].sum()) for r in ranks}
+    wait_total = {r: int(per[rank_column("wait_ns", r)].sum()) for r in ranks}
     transfer_step, wait_step, steps = _per_step(per, ranks)
     wait_basis = wait_step or wait_total  # per-step medians resist one bad (warm-up) step
     by_wait = min(wait_basis, key=lambda r: wait_basis[r]) if len(per) else None

@@ -32,7 +32,7 @@ from .collectives import collective_instances
 from .frames import array_of, empty_frame, frame
 from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
-from .results import DeviceSummary
+from .results import DeviceFigures, DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
 from .what_if_range import host_event_counts
 
@@ -154,11 +154,9 @@ def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
     """The exposed-communication segments, labelled with the step and layer windows holding their start."""
     s, e = exposed
-    step_row = iv.window_of(s, array_of(steps, "start_ns"), array_of(steps, "end_ns"))
-    step_ids = array_of(steps, "step")
     return frame({
         "start_ns": s, "end_ns": e, "duration_ns": e - s,
-        "step": np.where(step_row >= 0, step_ids[np.maximum(step_row, 0)] if len(step_ids) else -1, -1),
+        "step": iv.window_ids(s, array_of(steps, "start_ns"), array_of(steps, "end_ns"), array_of(steps, "step")),
         "layer": layers.layer_at(s),
     }, GAP_COLUMNS)
 
@@ -292,9 +290,8 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
         top_kernels_in_steps=step_top, in_steps=step_numbers,
         comm_idle_gaps_ns=empty_frame(GAP_COLUMNS) if "comm_idle_gaps" in skip else
         comm_idle_gaps(exposed, steps, layers),
-        extra={"exclusive_precedence": claim_order,
-               "comm_on_compute_stream_pct": on_shared_pct,
-               "kernels": len(act.kernels), "memops": len(act.memops),
-               "window_ns": [lo, hi], "layers": len(layers.table), "warnings": warnings},
+        figures=DeviceFigures(exclusive_precedence=tuple(claim_order), comm_on_compute_stream_pct=on_shared_pct,
+                              kernels=len(act.kernels), memops=len(act.memops), window_ns=(lo, hi),
+                              layers=len(layers.table), warnings=tuple(warnings)),
         activity=act, layering=layers, host_events=host_events,
     )

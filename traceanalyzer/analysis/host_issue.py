@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from ..api_names import HOST_SYNC, ISSUE_OP
+from ..communication import OTHER, kind_of
 from ..trace import Trace
 from . import intervals as iv
 from .activity import DeviceActivity
-from .collectives import kind_of
 from .grouped import dense_codes, distinct
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
@@ -146,7 +146,7 @@ def collective_calls(trace: Trace, act: DeviceActivity) -> pd.DataFrame:
     })
     # collectives only (NCCL's communicator set-up and tear-down ranges are not), and not the profiler's own
     # record of a work's wait()
-    known = (calls["kind"] != "other") | calls["name"].str.contains("barrier", case=False)
+    known = (calls["kind"] != OTHER) | calls["name"].str.contains("barrier", case=False)
     return calls[known & ~calls["name"].isin(NOT_A_CALL)].reset_index(drop=True)
 
 
@@ -203,13 +203,6 @@ def host_slowed_after_calls(trace: Trace, act: DeviceActivity, calls: pd.DataFra
     owner = by_end[last_end[near][ok]]
     np.add.at(out, owner, excess)
     return out
-
-
-def innermost_containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
-                         thread: np.ndarray) -> np.ndarray:
-    """Index of the innermost range of the same thread containing each time ``t``, -1 if none (see
-    :func:`containing`)."""
-    return containing(starts, ends, threads, t, thread)[0]
 
 
 def containing(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, t: np.ndarray,
@@ -390,10 +383,9 @@ def host_only_in_steps(trace: Trace, act: DeviceActivity, per_step: pd.DataFrame
         return calls.assign(step=np.empty(0, dtype=np.int64))
     if not len(per_step):
         return calls.assign(step=pd.Series(dtype=np.int64))
-    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
-    ws, we = per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order]
-    after = iv.window_of(calls["after_ns"].to_numpy(np.int64), ws, we)
-    before = iv.window_of(calls["before_ns"].to_numpy(np.int64), ws, we)
+    ws, we = per_step["start_ns"].to_numpy(), per_step["end_ns"].to_numpy()
+    after = iv.window_index(calls["after_ns"].to_numpy(np.int64), ws, we)
+    before = iv.window_index(calls["before_ns"].to_numpy(np.int64), ws, we)
     ok = (calls["after_ns"].to_numpy() >= 0) & (calls["before_ns"].to_numpy() >= 0) & (after >= 0) & (before >= 0)
-    steps = per_step["step"].to_numpy()[order]
+    steps = per_step["step"].to_numpy()
     return calls[ok].assign(step=steps[after[ok]].astype(np.int64)).reset_index(drop=True)

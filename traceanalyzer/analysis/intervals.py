@@ -320,6 +320,23 @@ def window_of(points: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray) 
     return np.where(ok, k, -1).astype(np.int64, copy=False)
 
 
+def window_index(points: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """:func:`window_of` for windows in any order: the index (into the given windows) of the window holding each
+    point, -1 if none."""
+    ws, we = _arrays(win_starts, win_ends)
+    order = np.argsort(ws, kind="stable")
+    found = window_of(points, ws[order], we[order])
+    return np.where(found >= 0, order[np.maximum(found, 0)], -1) if len(order) else found
+
+
+def window_ids(points: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The id (``ids``, one per window, e.g. the step numbers of a ``per_step`` frame) of the window holding each
+    point, -1 if none: which step holds this time."""
+    row = window_index(points, win_starts, win_ends)
+    ids = np.asarray(ids, dtype=_I64)
+    return np.where(row >= 0, ids[np.maximum(row, 0)], -1) if len(ids) else np.full(len(row), -1, dtype=_I64)
+
+
 def gaps(u: Intervals, lo: int | None = None, hi: int | None = None) -> Intervals:
     """Holes of a union within ``[lo, hi)`` (default: between its first start and last end)."""
     u_s, u_e = u

@@ -8,8 +8,10 @@ be added, never renamed or dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 JSON_SCHEMA_VERSION = "1.0"
@@ -36,6 +38,25 @@ class TraceMeta:
         return {"path": self.path, "format": self.format, "tool_version": self.tool_version,
                 "schema_version": self.schema_version, "ranks": self.ranks, "devices": self.devices,
                 "window_ns": list(self.window_ns) if self.window_ns else None, "warnings": self.warnings}
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    """The rest of a (rank, device)'s figures, at the end of its ``summary --json`` entry (in this order)."""
+
+    exclusive_precedence: tuple[str, ...]  # the buckets in the order the exclusive split claims time
+    comm_on_compute_stream_pct: float | None  # communication time on a stream that also runs compute
+    kernels: int
+    memops: int
+    window_ns: tuple[int, int]  # first start and last end of the device's activity
+    layers: int  # layer instances found
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exclusive_precedence": list(self.exclusive_precedence),
+                "comm_on_compute_stream_pct": self.comm_on_compute_stream_pct, "kernels": self.kernels,
+                "memops": self.memops, "window_ns": list(self.window_ns), "layers": self.layers,
+                "warnings": list(self.warnings)}
 
 
 @dataclass
@@ -74,7 +95,7 @@ class DeviceSummary:
     # the headline numbers over the step windows only: window_ns, busy_ns, idle_ns, busy_pct, bucket_exclusive_ns
     in_steps: dict[str, Any] = field(default_factory=dict)
     comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
-    extra: dict[str, Any] = field(default_factory=dict)
+    figures: DeviceFigures | None = None  # None in hand-built summaries (tests)
     # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
     activity: Any = field(default=None, repr=False, compare=False)
     # the analysis.layers.Layers behind per_layer (each kernel's layer), for exports; never in JSON
@@ -82,32 +103,32 @@ class DeviceSummary:
     # (step ids, host events a profiler records per step) for the what-if (analysis.what_if_range); never in JSON
     host_events: Any = field(default=None, repr=False, compare=False)
 
-    # the JSON's names for figures kept in ``extra`` (notebooks read them as attributes)
+    # the figures' JSON names as attributes (notebooks read them), with their values when ``figures`` is None
     @property
     def kernels(self) -> int:
         """Number of kernels on the device (JSON ``kernels``)."""
-        return int(self.extra.get("kernels", 0))
+        return self.figures.kernels if self.figures is not None else 0
 
     @property
     def memops(self) -> int:
         """Number of memory operations on the device (JSON ``memops``)."""
-        return int(self.extra.get("memops", 0))
+        return self.figures.memops if self.figures is not None else 0
 
     @property
     def layers(self) -> int:
         """Number of layer instances found (JSON ``layers``; the table is ``per_layer``)."""
-        return int(self.extra.get("layers", 0))
+        return self.figures.layers if self.figures is not None else 0
 
     @property
     def window_ns(self) -> tuple[int, int]:
         """First start and last end of the device's activity, ns (JSON ``window_ns``)."""
-        lo, hi = self.extra.get("window_ns", (0, self.span_ns))
+        lo, hi = self.figures.window_ns if self.figures is not None else (0, self.span_ns)
         return int(lo), int(hi)
 
     @property
     def warnings(self) -> list[str]:
         """Warnings about this device's analysis (JSON ``warnings``)."""
-        return list(self.extra.get("warnings", []))
+        return list(self.figures.warnings) if self.figures is not None else []
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,13 +144,75 @@ class DeviceSummary:
             "layers_per_step": self.layers_per_step, "in_steps": self.in_steps,
             "comm_streams": self.comm_streams, "compute_streams": self.compute_streams,
             "comm_serialized_with_compute": self.comm_serialized_with_compute,
-            **self.extra,
+            **(self.figures.to_json() if self.figures is not None else {}),
         }
+
+
+def rank_column(name: str, rank: int) -> str:
+    """The column of ``CrossRankSummary.per_collective`` that holds one rank's ``name`` (``start_ns_r0``,
+    ``wait_ns_r1``…)."""
+    return f"{name}_r{rank}"
+
+
+@dataclass(frozen=True, eq=False)
+class RankMatches:
+    """One rank's figures in the collective instances matched across ranks (``CrossRankSummary.per_collective``),
+    in table order, as int64 arrays: the rank's start, the transfer (the shortest rank's duration) and the rank's
+    wait (its duration minus the transfer)."""
+
+    start_ns: np.ndarray
+    transfer_ns: np.ndarray
+    wait_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def first_per_start(self) -> RankMatches:
+        """The first matched instance of each distinct start of the rank, in table order."""
+        first = np.sort(np.unique(self.start_ns, return_index=True)[1])
+        return RankMatches(self.start_ns[first], self.transfer_ns[first], self.wait_ns[first])
+
+    @cached_property
+    def _by_start(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        starts, first = np.unique(self.start_ns, return_index=True)
+        return starts, self.transfer_ns[first], self.wait_ns[first]
+
+    def lookup(self, start_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For instances of this rank starting at ``start_ns``: whether a matched instance starts there (the first
+        one in table order counts), and its transfer and wait (0 where none does)."""
+        starts, transfer, wait = self._by_start
+        start_ns = np.asarray(start_ns, dtype=np.int64)
+        if not len(starts) or not len(start_ns):
+            none = np.zeros(len(start_ns), dtype=np.int64)
+            return np.zeros(len(start_ns), dtype=bool), none, none.copy()
+        pos = np.minimum(np.searchsorted(starts, start_ns), len(starts) - 1)
+        hit = starts[pos] == start_ns
+        return hit, np.where(hit, transfer[pos], 0), np.where(hit, wait[pos], 0)
+
+
+@dataclass(frozen=True)
+class RunCompleteness:
+    """Whether the matched ranks are the whole job (from run identity, :mod:`.runs`): ``partial`` when
+    ``ranks_missing`` of its ``world_size`` ranks are not in the traces."""
+
+    ranks_missing: int
+    world_size: int | None
+
+    @property
+    def partial(self) -> bool:
+        return self.ranks_missing > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partial": self.partial, "ranks_missing": self.ranks_missing, "world_size": self.world_size}
 
 
 @dataclass
 class CrossRankSummary:
-    """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew."""
+    """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew.
+
+    ``per_collective`` has one row per matched instance: shared columns (``kind``, ``transfer_ns``, ``bytes``,
+    ``busbw_gbps``…) and per-rank ones named by :func:`rank_column`; read a rank's figures with
+    :meth:`rank_matches`."""
 
     collectives_matched: int
     wait_ns_by_rank: dict[int, int]
@@ -138,12 +221,30 @@ class CrossRankSummary:
     match_method: str = ""
     per_collective: pd.DataFrame = field(default_factory=_empty_df)
     extra: dict[str, Any] = field(default_factory=dict)
+    # set by the reduce once the runs are known (JSON ``partial``, ``ranks_missing``, ``world_size``)
+    completeness: RunCompleteness | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"collectives_matched": self.collectives_matched,
                 "wait_ns_by_rank": {str(k): v for k, v in self.wait_ns_by_rank.items()},
                 "transfer_ns_per_step": self.transfer_ns_per_step, "straggler_rank": self.straggler_rank,
-                "match_method": self.match_method, **self.extra}
+                "match_method": self.match_method, **self.extra,
+                **(self.completeness.to_json() if self.completeness is not None else {})}
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks of the match: those with a wait column in ``per_collective``, in column order."""
+        prefix = rank_column("wait_ns", 0)[:-1]
+        return [int(c[len(prefix):]) for c in self.per_collective.columns if str(c).startswith(prefix)]
+
+    def rank_matches(self, rank: int) -> RankMatches | None:
+        """The rank's start, transfer and wait in the matched instances; None when the rank is not in the match."""
+        per = self.per_collective
+        start, wait = rank_column("start_ns", rank), rank_column("wait_ns", rank)
+        if start not in per or wait not in per:
+            return None
+        return RankMatches(per[start].to_numpy(np.int64), per["transfer_ns"].to_numpy(np.int64),
+                           per[wait].to_numpy(np.int64))
 
 
 @dataclass

@@ -69,8 +69,8 @@ class Run:
 
 
 def _utc_window(trace: Trace | TraceHeader, devices: list[DeviceSummary]) -> tuple[int, int] | None:
-    lows = [d.extra["window_ns"][0] for d in devices if d.extra.get("window_ns")]
-    highs = [d.extra["window_ns"][1] for d in devices if d.extra.get("window_ns")]
+    lows = [d.figures.window_ns[0] for d in devices if d.figures is not None]
+    highs = [d.figures.window_ns[1] for d in devices if d.figures is not None]
     if not lows:
         return None
     lo, hi = min(lows), max(highs)

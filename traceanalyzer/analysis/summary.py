@@ -4,16 +4,14 @@ trace and a trace's header facts. The summary itself is assembled by :mod:`trace
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..trace import Trace
+from ..trace import PathLike, Trace
 from .layer_pattern import DEFAULT_LAYER_PATTERN
 from .results import TraceMeta
 
-PathLike = str | Path
 #: Parts of a summary that ``SummaryOptions.skip`` leaves out (left empty in the result): the whole-window and
 #: in-step top-kernel tables (``top_kernels``, ``top_kernels_in_steps``), the in-step headline numbers
 #: (``in_steps``), the whole-window exclusive bucket split (``bucket_exclusive``: ``bucket_exclusive_ns``), the

@@ -94,11 +94,8 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None
     # multiples of 0.5 ns: sums of them are exact in any order
     excess = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
     del of_kernel, dur, beside  # each as long as the compute kernels
-    order = np.argsort(per_step["start_ns"].to_numpy(), kind="stable")
-    win = iv.window_of(s, per_step["start_ns"].to_numpy()[order], per_step["end_ns"].to_numpy()[order])
+    step = iv.window_ids(s, per_step["start_ns"].to_numpy(), per_step["end_ns"].to_numpy(), per_step["step"].to_numpy())
     del s
-    step = np.where(win >= 0, per_step["step"].to_numpy()[order][np.maximum(win, 0)], -1)
-    del win
     steps = np.unique(step)
     total = np.bincount(np.searchsorted(steps, step), weights=excess, minlength=len(steps))
     return pd.Series(total[steps >= 0].astype(np.int64), index=steps[steps >= 0])
@@ -154,13 +151,11 @@ def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
 def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Columns | None:
     """``start_ns``, ``transfer_ns``, ``wait_ns`` (int64 arrays) of this rank's matched instances, or None without
     cross-rank data (arrays, not a frame: one per rank, a frame's construction would cost more than the work)."""
-    if cross_rank is None or f"start_ns_r{rank}" not in cross_rank.per_collective:
+    matched = cross_rank.rank_matches(rank) if cross_rank is not None else None
+    if matched is None:
         return None
-    per = cross_rank.per_collective
-    start = array_of(per, f"start_ns_r{rank}", np.int64)
-    first = np.sort(np.unique(start, return_index=True)[1])  # the first row of each start, in table order
-    return {"start_ns": start[first], "transfer_ns": array_of(per, "transfer_ns", np.int64)[first],
-            "wait_ns": array_of(per, f"wait_ns_r{rank}", np.int64)[first]}
+    first = matched.first_per_start()  # the first row of each start, in table order
+    return {"start_ns": first.start_ns, "transfer_ns": first.transfer_ns, "wait_ns": first.wait_ns}
 
 
 def _first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -577,11 +572,12 @@ def _by_rank_tables(stepped: dict[int, pd.DataFrame]
 
 
 def _partial_run(cross_rank: CrossRankSummary | None) -> dict[str, Any]:
-    """Confidence low when ranks of the job are missing (``cross_rank.extra["partial"]``, from run identity):
-    the given ranks' collectives include waiting for ranks not in the trace, so transfer and wait blur."""
-    if cross_rank is None or not cross_rank.extra.get("partial"):
+    """Confidence low when ranks of the job are missing (``cross_rank.completeness``, from run identity): the
+    given ranks' collectives include waiting for ranks not in the trace, so transfer and wait blur."""
+    done = cross_rank.completeness if cross_rank is not None else None
+    if done is None or not done.partial:
         return {}
-    missing, world = cross_rank.extra.get("ranks_missing"), cross_rank.extra.get("world_size")
+    missing, world = done.ranks_missing, done.world_size
     return {"partial": True, "ranks_missing": missing, "confidence": "low",
             "partial_note": f"{missing} of {world} ranks missing: the given ranks' collectives include waiting "
                             "for ranks not in the trace"}

@@ -1,6 +1,7 @@
 """Findings: deterministic rules that turn the numbers into a diagnosis with impact per step and evidence.
 
-Each rule is a pure function ``rule(ctx) -> list[Finding]`` registered in ``_registry`` (ids in ``RULE_IDS``);
+Each rule is a pure function ``rule(ctx) -> list[Finding]`` registered in ``_registry`` (ids in ``RULE_IDS``,
+:mod:`.rule_ids`: each spelled once);
 ``run_findings`` runs them all and sorts the findings by impact (largest first; findings without a time impact
 last). Thresholds are parameters (:class:`FindingThresholds`) with documented defaults; docs/FINDINGS.md documents
 every rule: what it detects, how its impact is computed, its thresholds.
@@ -16,28 +17,31 @@ from ..analysis.results import DeviceSummary, Finding, Summary
 from ..trace import Trace
 from .context import EvidenceKey, FindingContext, FindingThresholds, device_evidence
 from .evidence import DeviceEvidence
+from .rule_ids import RULE_IDS
 
 Rule = Callable[[FindingContext], list[Finding]]
 
 
 def _registry() -> dict[str, Rule]:
+    """Rule id → rule, in :data:`RULE_IDS` order (a test checks it; the rule modules are imported on first use)."""
     from . import comm_rules, fusion_rules, host_rules, metric_rules
+    from . import rule_ids as ids
 
     return {
-        "exposed_communication": comm_rules.exposed_communication,
-        "comm_serialized_with_compute": comm_rules.comm_serialized_with_compute,
-        "comm_compute_contention": comm_rules.comm_compute_contention,
-        "collective_host_cost": comm_rules.collective_host_cost,
-        "allreduce_not_fused": fusion_rules.allreduce_not_fused,
-        "norm_not_fused": fusion_rules.norm_not_fused,
-        "nccl_small_messages": comm_rules.nccl_small_messages,
-        "straggler_wait": comm_rules.straggler_wait,
-        "low_comm_bandwidth": comm_rules.low_comm_bandwidth,
-        "host_bound_no_cuda_graphs": host_rules.host_bound_no_cuda_graphs,
-        "idle_gaps_host_cause": host_rules.idle_gaps_host_cause,
-        "collectives_without_kernels": host_rules.collectives_without_kernels,
-        "low_tensor_activity": metric_rules.low_tensor_activity,
-        "gpu_power_underuse": metric_rules.gpu_power_underuse,
+        ids.EXPOSED_COMMUNICATION: comm_rules.exposed_communication,
+        ids.COMM_SERIALIZED_WITH_COMPUTE: comm_rules.comm_serialized_with_compute,
+        ids.COMM_COMPUTE_CONTENTION: comm_rules.comm_compute_contention,
+        ids.COLLECTIVE_HOST_COST: comm_rules.collective_host_cost,
+        ids.ALLREDUCE_NOT_FUSED: fusion_rules.allreduce_not_fused,
+        ids.NORM_NOT_FUSED: fusion_rules.norm_not_fused,
+        ids.NCCL_SMALL_MESSAGES: comm_rules.nccl_small_messages,
+        ids.STRAGGLER_WAIT: comm_rules.straggler_wait,
+        ids.LOW_COMM_BANDWIDTH: comm_rules.low_comm_bandwidth,
+        ids.HOST_BOUND_NO_CUDA_GRAPHS: host_rules.host_bound_no_cuda_graphs,
+        ids.IDLE_GAPS_HOST_CAUSE: host_rules.idle_gaps_host_cause,
+        ids.COLLECTIVES_WITHOUT_KERNELS: host_rules.collectives_without_kernels,
+        ids.LOW_TENSOR_ACTIVITY: metric_rules.low_tensor_activity,
+        ids.GPU_POWER_UNDERUSE: metric_rules.gpu_power_underuse,
     }
 
 
@@ -90,14 +94,6 @@ def late_evidence_wanted(summary: Summary) -> list[DeviceSummary]:
 
     return [d for d in summary.devices if wants_host_only_calls(d, summary)]
 
-
-RULE_IDS = (
-    "exposed_communication", "comm_serialized_with_compute", "comm_compute_contention", "collective_host_cost",
-    "allreduce_not_fused", "norm_not_fused",
-    "nccl_small_messages", "straggler_wait", "low_comm_bandwidth", "host_bound_no_cuda_graphs", "idle_gaps_host_cause",
-    "collectives_without_kernels",
-    "low_tensor_activity", "gpu_power_underuse",
-)
 
 __all__ = ["RULE_IDS", "FindingOptions", "FindingThresholds", "late_evidence_wanted", "materialized_evidence",
            "run_findings"]

@@ -11,6 +11,8 @@ import pandas as pd
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from ..classify.demangle import display_name
+from ..communication import ALLREDUCE_KINDS, bus_factors, group_sizes, link_peak_gbps
+from . import rule_ids as ids
 from .context import (
     FindingContext,
     count_kinds_per_step,
@@ -22,14 +24,6 @@ from .context import (
     step_index,
     worst,
 )
-
-#: Collective kinds that are all-reduces (sub-buckets / kinds from the classifier and collectives analysis).
-ALLREDUCE_KINDS = ("allreduce", "all_reduce", "custom_allreduce")
-
-#: Peak unidirectional bandwidth per GPU of the scale-up link, GB/s (vendor figures), matched in name order.
-LINK_PEAK_GBPS = (("GB300", 900.0), ("GB200", 900.0), ("B300", 900.0), ("B200", 900.0), ("H200", 450.0),
-                  ("H100 PCIe", 64.0), ("H100", 450.0), ("H800", 200.0), ("A100-PCIE", 32.0), ("A100", 300.0),
-                  ("A800", 200.0), ("V100", 150.0))
 
 
 def _wait_by_rank(ctx: FindingContext) -> dict[str, dict[str, int]]:
@@ -76,7 +70,7 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
         wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
         wait_text = f"; {ms(wait)} of it is waiting for another rank" if wait and wait >= 0.1 * per_step else ""
         found.append(Finding(
-            id="exposed_communication",
+            id=ids.EXPOSED_COMMUNICATION,
             title=f"Rank {dev.rank}'s SMs sit idle in collectives for {ms(per_step)} of each step ({pct:.0f}%), "
                   f"across {kinds_text(counts)} per step{wait_text}",
             impact_ns_per_step=int(per_step), impact_pct_of_step=pct, severity=severity(pct),
@@ -122,7 +116,7 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
         names = c["name"].astype(str).value_counts().head(3)
         short = ", ".join(dict.fromkeys(str(display_name(str(n))).split("(")[0].split("<")[0] for n in names.index))
         found.append(Finding(
-            id="comm_serialized_with_compute",
+            id=ids.COMM_SERIALIZED_WITH_COMPUTE,
             title=f"{kinds_text(counts)} per step ({short}) run on the compute stream "
                   f"({'stream' if len(streams) == 1 else 'streams'} {', '.join(map(str, streams))}) with no compute "
                   f"beside them: {ms(impact)}/step ({pct:.0f}%) that overlapping could recover",
@@ -138,16 +132,6 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
                       "cross_rank_wait_by_rank": _wait_by_rank(ctx)},
         ))
     return worst(found)
-
-
-def link_peak_gbps(gpu_name: str | None) -> float | None:
-    """Vendor peak unidirectional scale-up bandwidth for a GPU name, GB/s (None when unknown)."""
-    if not gpu_name:
-        return None
-    for key, peak in LINK_PEAK_GBPS:
-        if key.lower() in gpu_name.lower():
-            return peak
-    return None
 
 
 def _saving_per_step(ctx: FindingContext, dev: DeviceSummary, c: pd.DataFrame, ideal_ns: np.ndarray) -> int:
@@ -179,7 +163,7 @@ def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
         pct = ctx.pct_of_step(dev, saving)
         per_step = count_per_step(ctx, dev, small)
         found.append(Finding(
-            id="nccl_small_messages",
+            id=ids.NCCL_SMALL_MESSAGES,
             title=f"{kinds_text(per_step)} per step of small messages (median {int(np.median(nbytes)) // 1024} KiB, "
                   f"{ms(float(small['transfer_ns'].median()))} each) go through NCCL where a one-shot all-reduce "
                   f"takes ~{ms(float(np.median(oneshot)))}: about {ms(saving)}/step",
@@ -214,7 +198,7 @@ def straggler_wait(ctx: FindingContext) -> list[Finding]:
     last = int((arrivals.astype(str) == waited_for).sum()) if len(arrivals) and (arrivals >= 0).any() else None
     arrival_text = f", which arrives last at {last} of {len(arrivals)} collectives" if last else ""
     return [Finding(
-        id="straggler_wait",
+        id=ids.STRAGGLER_WAIT,
         title=f"Rank {waiting} idles {ms(wait)}/step ({pct:.0f}%) inside collectives waiting for rank "
               f"{waited_for}{arrival_text}",
         impact_ns_per_step=int(wait), impact_pct_of_step=pct, severity=severity(pct),
@@ -243,10 +227,12 @@ def low_comm_bandwidth(ctx: FindingContext) -> list[Finding]:
         if peak is None or not big_rows.any():
             continue
         big = ctx.collectives(dev)[big_rows]
-        n = int(big["group_size"].max()) if big["group_size"].max() > 1 else 2
+        # the bus factor of each instance, as the report and the export compute it
+        ranks = len(ctx.summary.cross_rank.ranks) if ctx.summary.cross_rank is not None else 0
+        group = group_sizes(array_of(big, "group_size", np.int64), ranks)
+        n = int(group.max())
         nbytes = array_of(big, "bytes", np.float64)
-        kinds = big["kind"].astype(str).to_numpy()
-        factor = np.where(np.isin(kinds, ALLREDUCE_KINDS), 2 * (n - 1) / n, (n - 1) / n)
+        factor = bus_factors(big["kind"].astype(str).to_numpy(), group, ranks)
         busbw = nbytes * factor / np.maximum(array_of(big, "transfer_ns", np.float64), 1)  # bytes/ns == GB/s
         median_bw = float(np.median(busbw))
         if median_bw >= t.bandwidth_min_fraction * peak:
@@ -267,7 +253,7 @@ def _bandwidth_finding(dev: DeviceSummary, big: pd.DataFrame, median_bw: float, 
         "median_busbw_gbps": round(median_bw, 1), "link_peak_gbps": peak, "group_size": n,
         "model": "saving = min(exposed transfer, transfer − bytes·busfactor / link peak) per message"}
     return Finding(
-        id="low_comm_bandwidth",
+        id=ids.LOW_COMM_BANDWIDTH,
         title=f"{kinds_text(per_step)} per step of {int(big['bytes'].median()) >> 20} MiB reach "
               f"{median_bw:.0f} GB/s bus bandwidth, {100 * median_bw / peak:.0f}% of the {peak:.0f} GB/s link "
               f"peak: {ms(saving)}/step of exposed transfer above the peak-bandwidth time",
@@ -298,7 +284,7 @@ def comm_compute_contention(ctx: FindingContext) -> list[Finding]:
     pct = ctx.pct_of_step(dev, contention)
     counts = count_per_step(ctx, dev, ctx.collectives(dev))
     return [Finding(
-        id="comm_compute_contention",
+        id=ids.COMM_COMPUTE_CONTENTION,
         title=f"{kinds_text(counts)} per step overlap compute on rank {dev.rank} ({dev.overlap_pct:.0f}% hidden) but "
               f"slow the kernels beside them: {ms(contention)}/step ({pct:.0f}%) of extra compute time",
         impact_ns_per_step=contention, impact_pct_of_step=pct, severity=severity(pct),
@@ -339,7 +325,7 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
     issue_only = int(details.get("issue_only_saving_ns") or 0)
     counts = count_per_step(ctx, dev, ctx.collectives(dev))
     return [Finding(
-        id="collective_host_cost",
+        id=ids.COLLECTIVE_HOST_COST,
         title=f"Rank {dev.rank}'s GPU waits for the host, and its {kinds_text(counts)} per step hold the host "
               f"{ms(call)} ({ms(call // calls)} per call, of which NCCL's issue {ms(nccl // calls)})"
               + (f" and slow the CPU work right after them by {ms(slowed)}" if slowed > 0 else "")

@@ -16,8 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.frames import array_of
-from ..analysis.results import DeviceSummary, Finding, Summary
+from ..analysis.results import DeviceSummary, Finding, RankMatches, Summary
+from ..communication import KIND_NAMES
 from ..trace import Trace
+from ..units import fmt_brief_ns as ms  # the rules' titles: ms(ns)
 from .evidence import DeviceEvidence
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_ns, step_windows, steps
 
@@ -91,21 +93,16 @@ class FindingContext:
         return pct is not None and pct >= self.thresholds.min_impact_pct
 
     @cached_property
-    def _matched_by_rank(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per rank, from the cross-rank table (read once): its sorted distinct start times and, for the first
-        instance starting at each, the transfer and this rank's wait."""
+    def _matched_by_rank(self) -> dict[int, RankMatches]:
+        """Per rank, its figures in the cross-rank table (read once)."""
         cr = self.summary.cross_rank
         if cr is None or not len(cr.per_collective):
             return {}
-        per = cr.per_collective
-        transfer_all = array_of(per, "transfer_ns", np.int64)
         out = {}
         for rank in {d.rank for d in self.summary.devices}:
-            col = f"start_ns_r{rank}"
-            if col not in per:
-                continue
-            starts, first = np.unique(array_of(per, col, np.int64), return_index=True)
-            out[rank] = (starts, transfer_all[first], array_of(per, f"wait_ns_r{rank}", np.int64)[first])
+            found = cr.rank_matches(rank)
+            if found is not None:
+                out[rank] = found
         return out
 
     def collectives(self, dev: DeviceSummary) -> pd.DataFrame:
@@ -172,12 +169,10 @@ class FindingContext:
             transfer = duration.copy()
             wait = np.zeros(len(duration), dtype=np.int64)
             matched = self._matched_by_rank.get(dev.rank)
-            if matched is not None and len(duration) and len(matched[0]):
-                starts, m_transfer, m_wait = matched
-                pos = np.minimum(np.searchsorted(starts, start), len(starts) - 1)
-                hit = starts[pos] == start
-                transfer[hit] = m_transfer[pos[hit]]
-                wait[hit] = m_wait[pos[hit]]
+            if matched is not None and len(duration):
+                hit, m_transfer, m_wait = matched.lookup(start)
+                transfer[hit] = m_transfer[hit]
+                wait[hit] = m_wait[hit]
             split = {"transfer_ns": transfer, "wait_ns": wait, "exposed_transfer_ns": np.minimum(exposed, transfer),
                      "exposed_wait_ns": np.minimum(exposed, wait)}
         self.memo[key] = (dev, split)
@@ -211,12 +206,6 @@ __all__ = ["FindingContext", "FindingThresholds", "count_kinds_per_step", "count
            "kernel_mask", "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows", "worst"]
 
 
-#: Plural, human names of collective kinds for titles.
-KIND_NAMES = {"allreduce": "all-reduces", "custom_allreduce": "custom all-reduces",
-              "allreduce_fusion": "fused all-reduces", "allgather": "all-gathers", "reducescatter": "reduce-scatters",
-              "alltoall": "all-to-alls", "sendrecv": "send/recv", "broadcast": "broadcasts", "reduce": "reduces"}
-
-
 def _plural(kind: str, n: int) -> str:
     name = KIND_NAMES.get(kind, kind)
     return name[:-1] if n == 1 and name.endswith("s") else name
@@ -240,10 +229,3 @@ def severity(pct: float | None) -> str:
     return "high" if pct >= 10 else "medium" if pct >= 3 else "low"
 
 
-def ms(ns: float | int | None) -> str:
-    """Human text for a duration in ns (for titles only; JSON keeps ns)."""
-    if ns is None:
-        return "n/a"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 100_000 else f"{ns / 1e3:.1f} µs"

@@ -24,12 +24,13 @@ from ..analysis.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary
 from ..api_names import GRAPH_LAUNCH, HOST_BLOCKING
 from ..buckets import GEMM_BUCKETS
+from ..communication import ALLREDUCE_KINDS
 from ..trace import Trace
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_windows, steps
 
-#: Sub-buckets of all-reduce kernels (classifier) that a fusion would replace. Already-fused all-reduce + norm
-#: kernels are ``allreduce_fusion`` and start no chain.
-ALLREDUCE_SUBBUCKETS = ("allreduce", "all_reduce", "custom_allreduce")
+# All-reduce kernels (sub-buckets in ALLREDUCE_KINDS) start a chain; already-fused all-reduce + norm kernels
+# (allreduce_fusion) start none.
+
 #: Sub-buckets of kernels a fused all-reduce (+ residual add + RMSNorm (+ quant)) kernel would absorb.
 FUSABLE_SUBBUCKETS = ("norm", "elementwise", "quantize", "reduction")
 #: A chain is an all-reduce + RMSNorm fusion candidate when it holds a norm kernel or, for an RMSNorm decomposed
@@ -207,7 +208,7 @@ def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.Data
     idx = idx[np.lexsort((k["start_ns"][idx], k["stream"][idx]))]
     sub, bucket = k["subbucket_id"][idx], k["bucket_id"][idx]
     stream, start_ns, end_ns = k["stream"][idx], k["start_ns"][idx], k["end_ns"][idx]
-    is_ar = (bucket == _id(trace, "communication")) & np.isin(sub, _ids(trace, ALLREDUCE_SUBBUCKETS))
+    is_ar = (bucket == _id(trace, "communication")) & np.isin(sub, _ids(trace, ALLREDUCE_KINDS))
     fusable = (bucket == _id(trace, "other")) & np.isin(sub, _ids(trace, FUSABLE_SUBBUCKETS))
     if not (is_ar.any() and fusable.any()):  # no chain can hold a norm
         return None

@@ -29,9 +29,9 @@ import pandas as pd
 
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
+from . import rule_ids as ids
 from .context import FindingContext, ms, per_step_median, severity, step_index, worst
 from .evidence import (
-    ALLREDUCE_SUBBUCKETS,
     FUSABLE_SUBBUCKETS,
     MAX_CHAIN,
     NORM_NAME,
@@ -104,7 +104,7 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
         more = (f"; collapsing the {n} kernels into one fused norm kernel is a separate saving of about "
                 f"{ms(alone)}/step (norm_not_fused)") if alone > 0 and n > 1 else ""
         found.append(Finding(
-            id="allreduce_not_fused",
+            id=ids.ALLREDUCE_NOT_FUSED,
             title=f"{ev['allreduces_followed_per_step']} all-reduces per step are each followed by {n} separate "
                   f"add/RMSNorm kernel{'s' if n > 1 else ''}: fusing the norm into the all-reduce would save at most "
                   f"{ms(bound)}/step ({pct:.0f}%), one fused norm pass and one launch gap per all-reduce{more}",
@@ -124,7 +124,7 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
     found = []
     for _, saving, pct, ev in _reportable(ctx, "norm_alone_ns"):
         found.append(Finding(
-            id="norm_not_fused",
+            id=ids.NORM_NOT_FUSED,
             title=f"The add + RMSNorm after each of {ev['allreduces_followed_per_step']} all-reduces per step runs as "
                   f"{ev['median_chain_kernels']} separate kernels: one fused add + RMSNorm kernel would save about "
                   f"{ms(saving)}/step ({pct:.0f}%)",
@@ -136,5 +136,5 @@ def norm_not_fused(ctx: FindingContext) -> list[Finding]:
     return worst(found)
 
 
-__all__ = ["ALLREDUCE_SUBBUCKETS", "FUSABLE_SUBBUCKETS", "MAX_CHAIN", "NORM_NAME", "NORM_SUBBUCKETS",
+__all__ = ["FUSABLE_SUBBUCKETS", "MAX_CHAIN", "NORM_NAME", "NORM_SUBBUCKETS",
            "allreduce_not_fused", "norm_not_fused", "unfused_chains"]

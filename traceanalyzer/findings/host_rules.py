@@ -6,6 +6,7 @@ import numpy as np
 
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, Summary
+from . import rule_ids as ids
 from .context import (
     FindingContext,
     count_per_step,
@@ -40,7 +41,7 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
                 or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
             continue
         found.append(Finding(
-            id="host_bound_no_cuda_graphs",
+            id=ids.HOST_BOUND_NO_CUDA_GRAPHS,
             title=f"GPU is host-bound on rank {dev.rank}: idle {ms(idle_per_step)} ({idle_pct:.0f}%) of each step in "
                   f"launch gaps between {kernels_per_step} short kernels (median {ms(median_kernel)}) launched one "
                   "by one without CUDA graphs",
@@ -74,7 +75,7 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
         pct = ctx.pct_of_step(dev, per_step)
         top = ", ".join(list(causes)[:3])
         found.append(Finding(
-            id="idle_gaps_host_cause",
+            id=ids.IDLE_GAPS_HOST_CAUSE,
             title=f"{count} GPU idle gap{'s' if count != 1 else ''} ≥ {ms(min_gap)} in {ctx.steps(dev)} "
                   f"step{'s' if ctx.steps(dev) != 1 else ''} on rank {dev.rank} "
                   f"({ms(per_step)}/step, {pct:.0f}%) while the host was blocked in {top}",
@@ -121,7 +122,7 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
         n = max(sum(counts.values()), 1)
         pct = ctx.pct_of_step(dev, impact)
         found.append(Finding(
-            id="collectives_without_kernels",
+            id=ids.COLLECTIVES_WITHOUT_KERNELS,
             title=f"{kinds_text(counts)} per step on rank {dev.rank} launch no communication kernel (done on the "
                   f"CPU side: a process group of one rank, or gloo) yet hold the host {ms(host)} ({ms(host // n)} "
                   f"per call) while the GPU idles {ms(idle)} of the step",

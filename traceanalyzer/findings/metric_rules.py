@@ -10,6 +10,7 @@ import numpy as np
 
 from ..analysis.results import DeviceSummary, Finding
 from ..buckets import GEMM_BUCKETS
+from . import rule_ids as ids
 from .context import FindingContext, ms, per_step_median
 
 GEMM_PHASES = GEMM_BUCKETS  # integer ns summed over them: their order does not matter
@@ -32,7 +33,7 @@ def low_tensor_activity(ctx: FindingContext) -> list[Finding]:
         gemm_ns = _gemm_ns_per_step(dev)
         gemm_pct = ctx.pct_of_step(dev, gemm_ns)
         found.append(Finding(
-            id="low_tensor_activity",
+            id=ids.LOW_TENSOR_ACTIVITY,
             title=f"Tensor cores active only {value:.0f}% of the time while GEMM kernels run on rank {dev.rank} "
                   f"({ms(gemm_ns)}/step, {gemm_pct or 0:.0f}% of the step, in GEMMs)",
             impact_ns_per_step=None, severity="medium",
@@ -69,7 +70,7 @@ def gpu_power_underuse(ctx: FindingContext) -> list[Finding]:
     busy = {f"rank {d.rank} GPU {d.device}": round(100.0 * d.busy_ns / d.span_ns, 1)
             for d in ctx.summary.devices if d.span_ns}
     return [Finding(
-        id="gpu_power_underuse",
+        id=ids.GPU_POWER_UNDERUSE,
         title=f"GPU {worst['gpu']} draws {worst['power_mean_w']:.0f} W on average, "
               f"{worst['power_mean_pct_of_limit']:.0f}% of its {worst.get('power_limit_w', 0):.0f} W limit, "
               f"during the trace ({samples}): the SMs are underfed",

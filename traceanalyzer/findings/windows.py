@@ -34,16 +34,13 @@ def step_windows(dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray]:
     ps = dev.per_step
     if len(ps):
         return array_of(ps, "start_ns", np.int64), array_of(ps, "end_ns", np.int64)
-    lo, hi = dev.extra.get("window_ns", (0, dev.span_ns))
+    lo, hi = dev.window_ns
     return np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64)
 
 
 def step_index(dev: DeviceSummary, times: np.ndarray) -> np.ndarray:
     """Index (0-based, into ``step_windows``) of the step window holding each time, -1 outside every step."""
-    ws, we = step_windows(dev)
-    order = np.argsort(ws, kind="stable")
-    found = iv.window_of(times, ws[order], we[order])
-    return np.where(found >= 0, order[np.maximum(found, 0)], -1)
+    return iv.window_index(times, *step_windows(dev))
 
 
 def per_step_median(n_steps: int, step_idx: np.ndarray, values: np.ndarray) -> int:

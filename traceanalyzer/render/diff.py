@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
+from ..units import fmt_ms
 from .formatting import fmt_ns
 
 if TYPE_CHECKING:
@@ -24,12 +25,6 @@ NAME_WIDTH = 70  # kernel name characters shown in the terminal
 INCREASE, DECREASE, TOTAL = "#b2182b", "#2a9d8f", "#52606d"
 
 
-def _ms(ns: float | None, signed: bool = False) -> str:
-    if ns is None:
-        return "—"
-    return f"{ns / 1e6:+.3f}" if signed else f"{ns / 1e6:.3f}"
-
-
 def _short(name: Any, width: int = NAME_WIDTH) -> str:
     text = "—" if name is None else str(name)
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -40,8 +35,8 @@ def headline(result: DiffResult) -> str:
     s = result.step
     if s["delta_ns"] is None:
         return f"{s['verdict']}: step time not measured on both sides"
-    return (f"{s['verdict']}: {_ms(s['before_ns'])} → {_ms(s['after_ns'])} ms/step, "
-            f"{_ms(s['delta_ns'], True)} ms ({s['delta_pct']:+.1f} %), noise ±{_ms(s['noise_ns'])} ms")
+    return (f"{s['verdict']}: {fmt_ms(s['before_ns'])} → {fmt_ms(s['after_ns'])} ms/step, "
+            f"{fmt_ms(s['delta_ns'], signed=True)} ms ({s['delta_pct']:+.1f} %), noise ±{fmt_ms(s['noise_ns'])} ms")
 
 
 def side_rows(result: DiffResult) -> list[tuple[str, str, str]]:
@@ -55,7 +50,7 @@ def side_rows(result: DiffResult) -> list[tuple[str, str, str]]:
                 "steps (all devices)": str(side.steps),
                 "step source": f"{side.step_source} ({side.step_confidence} confidence)",
                 "layers per step": "—" if side.layers_per_step is None else str(side.layers_per_step),
-                "median step": f"{_ms(side.step_ns)} ms", "step-to-step spread": f"±{_ms(side.spread_ns)} ms"}
+                "median step": f"{fmt_ms(side.step_ns)} ms", "step-to-step spread": f"±{fmt_ms(side.spread_ns)} ms"}
 
     b, a = facts(result.before), facts(result.after)
     return [(k, b[k], a[k]) for k in b]
@@ -91,10 +86,11 @@ def print_diff(result: DiffResult, console: Console | None = None) -> None:
     attribution = _table("Attribution (ms/step; Δ adds up to the step Δ)",
                          ["component", "before", "after", "Δ"], [False, True, True, True])
     for row in result.attribution:
-        attribution.add_row(row["component"], _ms(row["before_ns"]), _ms(row["after_ns"]),
-                            _ms(row["delta_ns"], True))
+        attribution.add_row(row["component"], fmt_ms(row["before_ns"]), fmt_ms(row["after_ns"]),
+                            fmt_ms(row["delta_ns"], signed=True))
     s = result.step
-    attribution.add_row("step", _ms(s["before_ns"]), _ms(s["after_ns"]), _ms(s["delta_ns"], True), style="bold")
+    attribution.add_row("step", fmt_ms(s["before_ns"]), fmt_ms(s["after_ns"]), fmt_ms(s["delta_ns"], signed=True),
+                        style="bold")
     con.print(attribution)
     overlap = "—" if result.kernel_overlap is None else f"{100 * result.kernel_overlap:.0f} %"
     kernels = _table(f"Largest kernel changes (per device-step; {overlap} of kernel time matched)",
@@ -102,15 +98,16 @@ def print_diff(result: DiffResult, console: Console | None = None) -> None:
                                                                                      True, False])
     for r in kernel_rows(result):
         kernels.add_row(r["match"], _text(r["bucket"]), f"{r['before_count']:.4g}→{r['after_count']:.4g}",
-                        _ms(r["before_ns"]), _ms(r["after_ns"]), _ms(r["delta_ns"], True), _text(_short(r["label"])))
+                        fmt_ms(r["before_ns"]), fmt_ms(r["after_ns"]), fmt_ms(r["delta_ns"], signed=True),
+                        _text(_short(r["label"])))
     con.print(kernels)
     if len(result.collectives):
         con.print(_collective_table(result))
     if result.findings:
         findings = _table("Findings", ["status", "before", "after", "Δ", "finding"], [False, True, True, True, False])
         for f in result.findings:
-            findings.add_row(f["status"], _ms(f["before_impact_ns"]), _ms(f["after_impact_ns"]),
-                             _ms(f["delta_impact_ns"], True), _text(f["title_after"] or f["title_before"]))
+            findings.add_row(f["status"], fmt_ms(f["before_impact_ns"]), fmt_ms(f["after_impact_ns"]),
+                             fmt_ms(f["delta_impact_ns"], signed=True), _text(f["title_after"] or f["title_before"]))
         con.print(findings)
     for warning in result.warnings:
         con.print(_text(f"warning: {warning}"), style="yellow")
@@ -152,14 +149,15 @@ def waterfall_svg(result: DiffResult, width: int = 760, row: int = 22) -> Markup
     s = result.step
     if s["before_ns"] is None or s["after_ns"] is None:
         return Markup('<p class="empty">no step on one side: nothing to attribute</p>')
-    bars: list[tuple[str, float, float, str, str]] = [("before step", 0, s["before_ns"], TOTAL, _ms(s["before_ns"]))]
+    bars: list[tuple[str, float, float, str, str]] = [("before step", 0, s["before_ns"], TOTAL,
+                                                       fmt_ms(s["before_ns"]))]
     level = float(s["before_ns"])
     for a in result.attribution:
         if a["delta_ns"]:
             bars.append((a["component"], level, level + a["delta_ns"], INCREASE if a["delta_ns"] > 0 else DECREASE,
-                         _ms(a["delta_ns"], True)))
+                         fmt_ms(a["delta_ns"], signed=True)))
             level += a["delta_ns"]
-    bars.append(("after step", 0, s["after_ns"], TOTAL, _ms(s["after_ns"])))
+    bars.append(("after step", 0, s["after_ns"], TOTAL, fmt_ms(s["after_ns"])))
     top = max(max(lo, hi) for _, lo, hi, _, _ in bars) or 1.0
     label_w, value_w = 190, 80
     scale = (width - label_w - value_w) / top
@@ -186,7 +184,7 @@ def render_diff_html(result: DiffResult, generated_at: datetime | None = None) -
         headline=headline(result), verdict=result.step["verdict"], reasons=result.reasons,
         sides=side_rows(result), attribution=result.attribution, step=result.step,
         waterfall=waterfall_svg(result), kernels=kernel_rows(result), collectives=collective_rows(result),
-        findings=result.findings, warnings=result.warnings, ms=_ms, ns=fmt_ns,
+        findings=result.findings, warnings=result.warnings, ms=fmt_ms, ns=fmt_ns,
         overlap=None if result.kernel_overlap is None else f"{100 * result.kernel_overlap:.0f} %",
         css=Markup(_asset("report.css")))
 

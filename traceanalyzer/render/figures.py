@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..units import fmt_round_ns
 from .formatting import (
     EXPOSED_COLOR,
     HIDDEN_COLOR,
@@ -197,10 +198,6 @@ def _one_two_five_edges(lo_ns: float, hi_ns: float) -> np.ndarray:
     return edges[first:last]
 
 
-def _edge_label(ns: float) -> str:
-    return f"{ns / 1e6:g} ms" if ns >= 1e6 else f"{ns / 1e3:g} µs" if ns >= 1e3 else f"{ns:g} ns"
-
-
 def durations_ns(df: pd.DataFrame) -> np.ndarray:
     """Durations (ns, float) of the rows of an interval frame (``duration_ns``, else end − start)."""
     if "duration_ns" in df.columns:
@@ -218,7 +215,7 @@ def gap_histogram(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure
         return None
     every = np.concatenate([v for _, v in durations])
     edges = _one_two_five_edges(float(every.min()), float(every.max()))
-    labels = [f"{_edge_label(a)}–{_edge_label(b)}" for a, b in itertools.pairwise(edges)]
+    labels = [f"{fmt_round_ns(a)}–{fmt_round_ns(b)}" for a, b in itertools.pairwise(edges)]
     fig = go.Figure()
     index = {id(d): i for i, d in enumerate(devices)}
     for d, dur in durations:

@@ -60,13 +60,6 @@ def fmt_gbps(value: float | None) -> str:
     return f"{value:.1f} GB/s" if value < 100 else f"{value:.0f} GB/s"
 
 
-def fmt_ms(ns: SupportsFloat | None) -> str:
-    """A duration in milliseconds with 3 decimals; ``—`` when unknown."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "—"
-    return f"{float(ns) / 1e6:.3f}"
-
-
 def pct_of(part: float | int | None, whole: float | int | None) -> float | None:
     """``part / whole * 100``, or None when either is unknown or ``whole`` is 0."""
     if part is None or whole is None or not whole:

@@ -71,12 +71,6 @@ def device_title(d: DeviceSummary) -> str:
     return device_label(d.rank, d.device, d.name, with_name=True)
 
 
-def _int(value: Any) -> int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return int(value)
-
-
 # -- header and headline ---------------------------------------------------------------------------------
 def header(summary: Summary) -> dict[str, Any]:
     """Files (base names only), formats and versions, GPUs, ranks and the profiled window."""
@@ -271,14 +265,14 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
     """Collectives grouped by name and message size per device: count, total, exposed, mean and p99 duration,
     transfer and wait (cross-rank), algbw and busbw against the link's peak where it is known."""
     from ..analysis.collectives import with_transfer
-    from ..findings.comm_rules import link_peak_gbps
+    from ..communication import link_peak_gbps
 
     rows, peaks = [], set()
     for d in devices:
         if not len(d.collectives) or "name" not in d.collectives.columns:
             continue
         peak = link_peak_gbps(d.name)
-        df = with_transfer(d.collectives, d.rank, cross.per_collective if cross else None, peak)
+        df = with_transfer(d.collectives, d.rank, cross, peak)
         if peak:
             peaks.add(f"{d.name}: {peak:g} GB/s")
         for (name, size), g in df.groupby([df["name"].astype(str), "bytes"], sort=True):
@@ -432,7 +426,8 @@ def method_notes(summary: Summary) -> dict[str, Any]:
     for t in summary.traces:
         warnings += [f"{Path(t.path).name}: {w}" for w in t.warnings]
     precedence = summary.extra.get("exclusive_precedence") or next(
-        (d.extra["exclusive_precedence"] for d in summary.devices if d.extra.get("exclusive_precedence")), None)
+        (d.figures.exclusive_precedence for d in summary.devices
+         if d.figures is not None and d.figures.exclusive_precedence), None)
     excluded = [str(e) for e in summary.extra.get("excluded") or []] + _outside_steps(summary)
     return {"definitions": DEFINITIONS, "sources": sources,
             "precedence": " > ".join(map(str, precedence)) if precedence else None,

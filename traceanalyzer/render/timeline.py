@@ -64,9 +64,9 @@ def representative_window(summary: DeviceSummary) -> Window:
         pick = int(order[(len(order) - 1) // 2])
         step_name = steps["step"].iloc[pick] if "step" in steps.columns else pick
         return Window(int(start[pick]), int(end[pick]), f"step {step_name} (median of {len(steps)} steps)")
-    window = summary.extra.get("window_ns")
-    if window:
-        return Window(int(window[0]), int(window[1]), "whole trace (no steps found)")
+    if summary.figures is not None:
+        lo, hi = summary.figures.window_ns
+        return Window(int(lo), int(hi), "whole trace (no steps found)")
     return Window(0, 0, "whole trace (no steps found)")
 
 
