@@ -40,14 +40,7 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.xz")
 
 # (case id, aspect) → why the tool misses it today. Remove entries as detection improves (the xfails are not strict,
 # so a fixed case shows as XPASS). An aspect named "*" covers all four.
-KNOWN_MISSES: dict[tuple[str, str], str] = {
-    # The mfu windows repeat one 119-kernel sequence exactly (two flash-attention + SendRecv units, 16.5 ms; no finer
-    # lag matches more than 29 % of positions) with 9 of its 27 kernel names once per repeat: by the issue's own
-    # criteria (once-per-period kernels, contiguous windows covering 95 % of busy time) the tool takes it as the
-    # step (kernel_period, low confidence). The expectation reads the unit as a layer pair of a longer, unseen step.
-    **{(case, aspect): "exact 119-kernel period taken as the step (see the comment above)"
-       for case in ("nsys_mfu_before_window", "nsys_mfu_after_window") for aspect in ("steps",)},
-}
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 # ---- accessors: the only code that reads the Summary -------------------------------------------------------------

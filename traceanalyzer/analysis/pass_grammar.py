@@ -172,7 +172,12 @@ def _tiles_a_repeat(blocks: list[tuple[int, int, int]], cover: np.ndarray, first
     layer (or a group of layers) repeated back to back, whatever its count, is no pass."""
     if cover.any():
         return False
-    length = float(np.median(np.diff(first)))
+    return once_per_repeat(blocks, float(np.median(np.diff(first))), n)
+
+
+def once_per_repeat(blocks: list[tuple[int, int, int]], length: float, n: int) -> bool:
+    """Whether a unit of ``length`` kernels is the unit of a uniform repetition (once or a few times: layer types
+    that alternate) covering half of the ``n`` kernels: then it is a layer or a group of layers, never a pass."""
     if length <= 0:
         return False
     # the repetition's unit holds the marker spacing once or a few times (a group of layers of alternating types)

@@ -320,6 +320,8 @@ def from_kernel_period(act: DeviceActivity) -> Detected | None:
     spacing = int(np.median(np.diff(anchors)))
     if spacing < MIN_STEP_KERNELS or _finer_uniform_lag(names, spacing) is not None:
         return None
+    if pass_grammar.once_per_repeat(pass_grammar.tandem_blocks(names), spacing, len(names)):
+        return None  # the anchor recurs once per layer (or group of layers) of a uniform repetition: no step
     starts, ends = k["start_ns"][idx], k["end_ns"][idx]
     gap = np.r_[0, starts[1:] - ends[:-1]]
     cuts, period = _cut_positions(anchors, gap, names)
