@@ -37,6 +37,7 @@ class TracePart:
     devices: list[DeviceSummary]
     gpu_metrics: pd.DataFrame | None
     warnings: list[str]
+    platform: Any = None  # analysis.platform.TracePlatform: the GPUs, kernel families, communication paths
 
     def compact(self) -> TracePart:
         return replace(self, devices=[replace(d, activity=None, layering=None) for d in self.devices])
@@ -53,6 +54,7 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
     summary loaded itself and reads again only for the reduce)."""
     from .analysis.device import analyze_device
     from .analysis.gpu_metrics import aggregate_gpu_metrics
+    from .analysis.platform import trace_platform
     from .analysis.summary import device_pairs, trace_meta
 
     pairs = device_pairs(trace)
@@ -66,7 +68,7 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
         _release_starts(trace, None)
     return TracePart(header=trace.header(), meta=trace_meta(trace), devices=devices,
                      gpu_metrics=metrics if metrics is not None and len(metrics) else None,
-                     warnings=list(trace.warnings))
+                     warnings=list(trace.warnings), platform=trace_platform(trace))
 
 
 def _release_starts(trace: Trace, rank: int | None) -> None:
@@ -123,6 +125,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
     findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
     from .analysis.cross_rank import analyze_cross_rank
+    from .analysis.platform import platform_facts
     from .analysis.results import Summary
     from .analysis.runs import group_runs, run_warnings
 
@@ -146,6 +149,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
                      warnings=warnings, gpu_metrics=_concat(frames),
                      extra={"runs": [r.to_json() for r in runs],
                             "ranks_missing": sum(r.ranks_missing for r in runs)})
+    result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
     if options.gpu_log is not None:
         result.power = _power(headers, devices, options.gpu_log)
     if options.findings:

@@ -71,6 +71,10 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
     for rule_id, rule in _registry().items():
         if rule_id not in opts.disabled:
             found.extend(rule(ctx))
+    if "known_causes" not in opts.disabled:
+        from .causes import known_causes
+
+        found.extend(known_causes(ctx, found))  # reads the findings above; may replace their advice
     return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
 
 

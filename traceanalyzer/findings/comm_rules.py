@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
-from ..classify.demangle import display_name
+from ..classify.demangle import base_name
 from .context import (
     FindingContext,
     count_kinds_per_step,
@@ -120,7 +120,7 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
         counts = count_per_step(ctx, dev, c)
         streams = sorted({int(s) for s in c["stream"]})
         names = c["name"].astype(str).value_counts().head(3)
-        short = ", ".join(dict.fromkeys(str(display_name(str(n))).split("(")[0].split("<")[0] for n in names.index))
+        short = ", ".join(dict.fromkeys(base_name(str(n)) for n in names.index))
         found.append(Finding(
             id="comm_serialized_with_compute",
             title=f"{kinds_text(counts)} per step ({short}) run on the compute stream "

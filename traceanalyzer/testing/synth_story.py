@@ -37,8 +37,9 @@ ATTENTION = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64,
 NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 CUSTOM_ALLREDUCE = ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, "
                     "sglang::Signal*, __nv_bfloat16*, int, int)")
-FUSED_ALLREDUCE = ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, 8, "
-                   "true, false>(flashinfer::trtllm_allreduce_fusion::AllReduceFusionParams<__nv_bfloat16>)")
+FUSED_ALLREDUCE = ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<"
+                   "__nv_bfloat16, 8, true, false>(flashinfer::trtllm_allreduce_fusion::"
+                   "AllReduceFusionParams<__nv_bfloat16>)")
 ADD_RMSNORM = ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, "
                "__nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)")
 ROUTER_GEMM = "nvjet_sm120_tst_64x8_64x16_2x4_h_bz_TNT"
