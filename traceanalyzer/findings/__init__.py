@@ -21,7 +21,7 @@ Rule = Callable[[FindingContext], list[Finding]]
 
 
 def _registry() -> dict[str, Rule]:
-    from . import comm_rules, fusion_rules, host_rules, metric_rules
+    from . import comm_rules, fusion_rules, host_rules, metric_rules, rank_rules
 
     return {
         "exposed_communication": comm_rules.exposed_communication,
@@ -32,6 +32,7 @@ def _registry() -> dict[str, Rule]:
         "norm_not_fused": fusion_rules.norm_not_fused,
         "nccl_small_messages": comm_rules.nccl_small_messages,
         "straggler_wait": comm_rules.straggler_wait,
+        "slow_rank": rank_rules.slow_rank,
         "low_comm_bandwidth": comm_rules.low_comm_bandwidth,
         "host_bound_no_cuda_graphs": host_rules.host_bound_no_cuda_graphs,
         "idle_gaps_host_cause": host_rules.idle_gaps_host_cause,
@@ -75,6 +76,11 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
         from .causes import known_causes
 
         found.extend(known_causes(ctx, found))  # reads the findings above; may replace their advice
+    from .overlap import mark_shared_time
+
+    combined = mark_shared_time(summary, found)  # each finding's shares_time_with, the union bound
+    if combined is not None:
+        summary.extra["findings_combined"] = combined
     return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
 
 
@@ -98,7 +104,8 @@ def late_evidence_wanted(summary: Summary) -> list[DeviceSummary]:
 RULE_IDS = (
     "exposed_communication", "comm_serialized_with_compute", "comm_compute_contention", "collective_host_cost",
     "allreduce_not_fused", "norm_not_fused",
-    "nccl_small_messages", "straggler_wait", "low_comm_bandwidth", "host_bound_no_cuda_graphs", "idle_gaps_host_cause",
+    "nccl_small_messages", "straggler_wait", "slow_rank", "low_comm_bandwidth", "host_bound_no_cuda_graphs",
+    "idle_gaps_host_cause",
     "collectives_without_kernels",
     "low_tensor_activity", "gpu_power_underuse",
 )

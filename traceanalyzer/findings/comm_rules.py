@@ -74,7 +74,10 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
         counts = count_kinds_per_step(ctx, dev, ctx.collective_column(dev, "start_ns").astype(np.int64),
                                       ctx.collective_column(dev, "kind").astype(str))
         wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
-        wait_text = f"; {ms(wait)} of it is waiting for another rank" if wait and wait >= 0.1 * per_step else ""
+        cr = ctx.summary.cross_rank
+        waited_for = cr.straggler_rank if cr is not None and cr.straggler_rank != dev.rank else None
+        whom = f"rank {waited_for}" if waited_for is not None else "another rank"
+        wait_text = f"; {ms(wait)} of it is waiting for {whom}" if wait and wait >= 0.1 * per_step else ""
         found.append(Finding(
             id="exposed_communication",
             title=f"Rank {dev.rank}'s SMs sit idle in collectives for {ms(per_step)} of each step ({pct:.0f}%), "
@@ -204,7 +207,9 @@ def straggler_wait(ctx: FindingContext) -> list[Finding]:
         return []
     devs = {str(d.rank): d for d in ctx.summary.devices}
     waiting = max(waits, key=lambda r: waits[r]["exposed_wait_ns_per_step"])
-    waited_for = min((r for r in waits if r != waiting), key=lambda r: waits[r]["wait_ns_per_step"])
+    waited_for = str(cr.straggler_rank) if cr.straggler_rank is not None and str(cr.straggler_rank) != waiting \
+        and str(cr.straggler_rank) in waits else \
+        min((r for r in waits if r != waiting), key=lambda r: waits[r]["wait_ns_per_step"])
     dev = devs[waiting]
     wait = waits[waiting]["exposed_wait_ns_per_step"]
     pct = ctx.pct_of_step(dev, wait)

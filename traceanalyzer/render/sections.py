@@ -452,3 +452,57 @@ def _outside_steps(summary: Summary) -> list[str]:
                          f"({fmt_pct(pct_of(outside, d.busy_ns))} of busy time) lies outside the {d.steps} steps "
                          "(warm-up, profiler flush); per-step figures leave it out, window totals include it.")
     return notes
+
+
+def platform_lines(summary: Summary) -> list[str]:
+    """The platform as the trace records it, and the communication paths in use and missing (plain text; the
+    HTML escapes it)."""
+    p = summary.platform
+    if p is None:
+        return []
+    gpu = p.gpu_model or "GPU model unknown"
+    cc = f"compute capability {p.compute_capability} ({p.architecture})" if p.compute_capability else \
+        "compute capability unknown"
+    link = {"nvlink": "NVLink", "pcie": "PCIe, no NVLink", "unknown": "interconnect unknown"}[p.interconnect]
+    why = f" — {'; '.join(p.interconnect_evidence)}" if p.interconnect_evidence else ""
+    lines = [f"Platform: {p.gpu_count} × {gpu}, {cc}, world size {p.world_size or 'unknown'}, {link}{why}"]
+    if p.comm:
+        used = []
+        for path, use in p.comm.items():
+            text = path.replace("_", " ")
+            if path == "nccl" and use.algorithms:
+                total = sum(use.algorithms.values())
+                text += " (" + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in
+                                         sorted(use.algorithms.items(), key=lambda kv: -kv[1])) + ")"
+            used.append(f"{text}: {use.kernels} kernels")
+        missing = [m.replace("_", " ") for m in ("custom_allreduce", "allreduce_fusion", "symmetric_memory")
+                   if m not in p.comm]
+        lines.append("Communication paths: " + "; ".join(used) +
+                     (f"; none of: {', '.join(missing)}" if missing else ""))
+    if p.frameworks:
+        lines.append("Kernel families: " + ", ".join(f["name"] for f in p.frameworks))
+    unknown = [u for u in p.unknown if u["what"] != "framework version and launch settings"]
+    for u in unknown:
+        lines.append(f"Unknown: {u['what']} — {u['how_to_capture']}")
+    return lines
+
+
+def cause_rows(summary: Summary) -> list[dict[str, Any]]:
+    """The known causes that fired (``cause_*`` findings): title, what to set, the alternative, the sources."""
+    return [{"id": f.id, "title": f.title, "settings": f.evidence.get("settings", {}),
+             "alternative": f.evidence.get("alternative", ""), "sources": f.evidence.get("sources", []),
+             "explains": f.evidence.get("explains", {})}
+            for f in summary.findings if f.id.startswith("cause_")]
+
+
+def combined_line(summary: Summary) -> str | None:
+    """"Together at most X ms/step" from the findings' shared time, never their sum."""
+    c = summary.extra.get("findings_combined")
+    if not c:
+        return None
+    shared = [g for g in c["groups"] if len(g["findings"]) > 1 and g["at_most_ns_per_step"] < g["sum_of_impacts_ns"]]
+    note = "".join(f"; {', '.join(g['findings'])} share the same {g['time'].replace('_', ' ')} time: do not add them"
+                   for g in shared)
+    pct = f" ({c['pct_of_step']:.0f}% of the step)" if c.get("pct_of_step") is not None else ""
+    return (f"Together the findings save at most {fmt_ns(c['at_most_ns_per_step'])}/step{pct}, "
+            f"not the {fmt_ns(c['sum_of_impacts_ns'])} their impacts add up to{note}")

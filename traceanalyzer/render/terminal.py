@@ -211,11 +211,17 @@ def _findings_table(summary: Summary) -> Table:
 
 
 def _cross_rank_lines(cr: CrossRankSummary) -> list[str]:
-    waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(cr.wait_ns_by_rank.items()))
+    per_step = cr.extra.get("wait_ns_per_step_by_rank") or {}
+    if per_step:
+        waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(per_step.items(), key=lambda kv: int(kv[0])))
+        wait_line = f"wait per step (median): {waits}"
+    else:
+        waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(cr.wait_ns_by_rank.items()))
+        wait_line = f"wait over the whole window: {waits or '—'}"
     return [f"{cr.collectives_matched} collectives matched ({cr.match_method or 'n/a'}); "
-            f"transfer per step {fmt_ns(cr.transfer_ns_per_step)}; straggler: "
+            f"transfer per step {fmt_ns(cr.transfer_ns_per_step)}; waited for (straggler): "
             f"{'—' if cr.straggler_rank is None else f'rank {cr.straggler_rank}'}",
-            f"wait/skew: {waits or '—'}"]
+            wait_line]
 
 
 def print_summary(summary: Summary, console: Console | None = None, err_console: Console | None = None) -> None:
@@ -226,6 +232,17 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
     con.print(_text(f"traceanalyzer summary of {names}"), style="bold")
     models = sorted({d.name for d in summary.devices if d.name})
     con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
+    from .sections import cause_rows, combined_line, platform_lines
+
+    for line in platform_lines(summary):
+        con.print(_text(line))
+    causes = cause_rows(summary)
+    if causes:
+        con.print(_text("Why (known causes, rules/causes.toml)"), style="bold")
+        for c in causes:
+            con.print(_text(f"  • {c['title']}"))
+            if c["alternative"]:
+                con.print(_text(f"    what can be done: {c['alternative']}"))
     for table in _device_table(con, summary):
         con.print(table)
     for line in [*_structure_lines(summary), *runs_lines(summary)]:
@@ -235,6 +252,8 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
             con.print(table)
     if summary.findings:
         con.print(_findings_table(summary))
+        if (together := combined_line(summary)) is not None:
+            con.print(_text(together))
     if not any(d.comm_ns for d in summary.devices):
         con.print(_text("No communication kernels or peer copies: exposed communication, cross-rank wait and the "
                         "what-if do not apply."))
