@@ -148,7 +148,7 @@ class PlatformFacts:
     architecture_name: str | None  # "Blackwell (RTX / workstation)"
     gpu_count: int
     world_size: int | None
-    interconnect: str  # nvlink | pcie | unknown
+    interconnect: str  # nvlink | pcie | unknown | none (one GPU)
     interconnect_evidence: list[str]
     comm: dict[str, PathUse]
     frameworks: list[dict[str, Any]]  # {"name", "evidence"}
@@ -221,7 +221,7 @@ def _interconnect(model: str | None, parts: list[TracePlatform], comm: dict[str,
         votes.add("nvlink")
         evidence.append(f"the GPU model ({model}) is an NVLink (SXM) part")
     if not multi_gpu:
-        return ("unknown" if not votes else votes.pop() if len(votes) == 1 else "unknown"), evidence
+        return "none", ["one GPU: no scale-up link in use", *evidence]
     if len(votes) == 1:
         return next(iter(votes)), evidence
     if len(votes) > 1:
@@ -237,13 +237,13 @@ def _frameworks(parts: list[TracePlatform]) -> list[dict[str, Any]]:
             families[k] = families.get(k, 0) + v
         for k, v in p.range_hints.items():
             hints[k] = hints.get(k, 0) + v
-    out = []
+    out: dict[str, list[str]] = {}
     for family, text, _ in _FAMILIES:
         if family in families:
-            out.append({"name": family, "evidence": f"{families[family]} kernels: {text}"})
+            out.setdefault(family, []).append(f"{families[family]} kernels: {text}")
     for framework, n in hints.items():
-        out.append({"name": framework, "evidence": f"{n} range names mention its modules"})
-    return out
+        out.setdefault(framework, []).append(f"{n} range names mention its modules")
+    return [{"name": name, "evidence": "; ".join(evidence)} for name, evidence in out.items()]
 
 
 def platform_facts(parts: list[TracePlatform], cross: CrossRankSummary | None = None,

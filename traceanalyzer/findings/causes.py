@@ -47,7 +47,7 @@ class Cause:
     silences: tuple[str, ...] = field(default=())
 
 
-CONDITIONS = ("architectures", "not_architectures", "link", "world_size_min", "world_size_max")
+CONDITIONS = ("architectures", "not_architectures", "link", "world_size_min", "world_size_max", "frameworks")
 
 
 @lru_cache(maxsize=1)
@@ -139,6 +139,8 @@ def conditions_hold(when: dict[str, Any], platform: Any) -> bool:
         return False
     if "link" in when and link not in when["link"]:
         return False
+    if "frameworks" in when and not {f["name"] for f in platform.frameworks} & set(when["frameworks"]):
+        return False
     if "world_size_min" in when and (world is None or world < when["world_size_min"]):
         return False
     return not ("world_size_max" in when and (world is None or world > when["world_size_max"]))
@@ -193,9 +195,27 @@ def known_causes(ctx: FindingContext, found: list[Finding]) -> list[Finding]:
         for fid in cause.silences:
             if fid in by_id:
                 silenced = by_id[fid]
-                silenced.recommendation = (f"Not the usual setting here (cause_{cause.id}): {cause.alternative}")
+                silenced.recommendation = f"The usual advice does not apply here (cause_{cause.id}): " \
+                                          f"{cause.alternative}"
                 silenced.evidence["advice_from_cause"] = f"cause_{cause.id}"
+    _no_nccl_knobs_without_nccl(found, facts)
     return out
+
+
+def _no_nccl_knobs_without_nccl(found: list[Finding], facts: _Facts) -> None:
+    """NCCL environment knobs only where NCCL runs the collectives: a finding whose advice names ``NCCL_*`` on a
+    trace whose communication kernels are not NCCL's (custom all-reduce, symmetric memory, DeepEP) gets advice
+    about the kernels in use instead (changed in place)."""
+    paths = facts.paths()
+    if not paths or "nccl" in paths:
+        return
+    used = ", ".join(p.replace("_", " ") for p in paths)
+    for f in found:
+        if "NCCL_" in f.recommendation and "advice_from_cause" not in f.evidence:
+            f.recommendation = (f"The collectives here are not NCCL's ({used}), so NCCL environment knobs do not "
+                                "change them: give those kernels fewer SMs through their own configuration, or "
+                                "overlap them with memory-bound rather than compute-bound kernels.")
+            f.evidence["advice_from_cause"] = "communication path is not NCCL"
 
 
 #: Findings whose time a cause explains (besides those it silences).

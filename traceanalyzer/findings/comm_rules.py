@@ -231,6 +231,14 @@ def straggler_wait(ctx: FindingContext) -> list[Finding]:
     )]
 
 
+def _norm_follows(ctx: FindingContext, dev: DeviceSummary) -> bool:
+    """Whether an add + RMSNorm chain follows this device's all-reduces (the fusion rules' chains): only then is
+    fusing the all-reduce with the norm advice that applies."""
+    ev = ctx.evidence_of(dev)
+    chains = None if ev is None else ev.chains
+    return chains is not None and len(chains) > 0
+
+
 def _arrival_counts(arrivals: pd.Series) -> dict[str, int]:
     if not len(arrivals):
         return {}
@@ -352,8 +360,10 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
               + (f", {ms(issue_only)} counting NCCL's issue alone" if 0 < issue_only < impact else ""),
         impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
         recommendation="Issue fewer collectives from the host: capture the step with its collectives in a CUDA "
-                       "graph, fuse each all-reduce with the residual add + RMSNorm (one call), or use a lighter "
-                       "all-reduce path (custom / symmetric-memory all-reduce) than ProcessGroupNCCL's.",
+                       "graph" + (", fuse each all-reduce with the residual add + RMSNorm that follows it (one call)"
+                                  if _norm_follows(ctx, dev) else "") +
+                       ", or use a lighter all-reduce path (custom / symmetric-memory all-reduce) than "
+                       "ProcessGroupNCCL's.",
         evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                   "host_call_ns_per_step": call, "host_nccl_issue_ns_per_step": nccl,
                   "host_slowed_after_calls_ns_per_step": slowed,

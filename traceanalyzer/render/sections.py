@@ -463,7 +463,8 @@ def platform_lines(summary: Summary) -> list[str]:
     gpu = p.gpu_model or "GPU model unknown"
     cc = f"compute capability {p.compute_capability} ({p.architecture})" if p.compute_capability else \
         "compute capability unknown"
-    link = {"nvlink": "NVLink", "pcie": "PCIe, no NVLink", "unknown": "interconnect unknown"}[p.interconnect]
+    link = {"nvlink": "NVLink", "pcie": "PCIe, no NVLink", "unknown": "interconnect unknown",
+            "none": "one GPU"}.get(p.interconnect, p.interconnect)
     why = f" — {'; '.join(p.interconnect_evidence)}" if p.interconnect_evidence else ""
     lines = [f"Platform: {p.gpu_count} × {gpu}, {cc}, world size {p.world_size or 'unknown'}, {link}{why}"]
     if p.comm:

@@ -224,6 +224,30 @@ def _cross_rank_lines(cr: CrossRankSummary) -> list[str]:
             wait_line]
 
 
+def _print_why(con: Console, summary: Summary) -> bool:
+    """The platform, the known causes that fired, the slow rank and the findings' combined bound: the first
+    screen's "why". True when a cause or the slow rank was printed (the combined bound with them)."""
+    from .sections import cause_rows, combined_line, platform_lines
+
+    for line in platform_lines(summary):
+        con.print(_text(line))
+    causes = cause_rows(summary)
+    slow = [f for f in summary.findings if f.id == "slow_rank"]
+    if not causes and not slow:
+        return False
+    con.print(_text("Why (known causes, rules/causes.toml; the slow rank)"), style="bold")
+    for c in causes:
+        con.print(_text(f"  • {c['title']}"))
+        if c["alternative"]:
+            con.print(_text(f"    what can be done: {c['alternative']}"))
+    for f in slow:
+        con.print(_text(f"  • {f.title}"))
+    together = combined_line(summary)
+    if together is not None:
+        con.print(_text(together))
+    return True
+
+
 def print_summary(summary: Summary, console: Console | None = None, err_console: Console | None = None) -> None:
     """``traceanalyzer summary`` / ``report``: devices, buckets, findings, what-if and cross-rank on ``console``
     (stdout); warnings on ``err_console`` (stderr)."""
@@ -232,17 +256,7 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
     con.print(_text(f"traceanalyzer summary of {names}"), style="bold")
     models = sorted({d.name for d in summary.devices if d.name})
     con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
-    from .sections import cause_rows, combined_line, platform_lines
-
-    for line in platform_lines(summary):
-        con.print(_text(line))
-    causes = cause_rows(summary)
-    if causes:
-        con.print(_text("Why (known causes, rules/causes.toml)"), style="bold")
-        for c in causes:
-            con.print(_text(f"  • {c['title']}"))
-            if c["alternative"]:
-                con.print(_text(f"    what can be done: {c['alternative']}"))
+    why = _print_why(con, summary)
     for table in _device_table(con, summary):
         con.print(table)
     for line in [*_structure_lines(summary), *runs_lines(summary)]:
@@ -252,7 +266,10 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
             con.print(table)
     if summary.findings:
         con.print(_findings_table(summary))
-        if (together := combined_line(summary)) is not None:
+        from .sections import combined_line
+
+        together = combined_line(summary)
+        if together is not None and not why:
             con.print(_text(together))
     if not any(d.comm_ns for d in summary.devices):
         con.print(_text("No communication kernels or peer copies: exposed communication, cross-rank wait and the "
