@@ -21,7 +21,7 @@ Rule = Callable[[FindingContext], list[Finding]]
 
 
 def _registry() -> dict[str, Rule]:
-    from . import comm_rules, fusion_rules, host_rules, metric_rules, rank_rules
+    from . import comm_rules, fusion_rules, host_rules, metric_rules, pass_rules, rank_rules
 
     return {
         "exposed_communication": comm_rules.exposed_communication,
@@ -36,6 +36,7 @@ def _registry() -> dict[str, Rule]:
         "low_comm_bandwidth": comm_rules.low_comm_bandwidth,
         "host_bound_no_cuda_graphs": host_rules.host_bound_no_cuda_graphs,
         "idle_gaps_host_cause": host_rules.idle_gaps_host_cause,
+        "host_gap_between_passes": pass_rules.host_gap_between_passes,
         "collectives_without_kernels": host_rules.collectives_without_kernels,
         "low_tensor_activity": metric_rules.low_tensor_activity,
         "gpu_power_underuse": metric_rules.gpu_power_underuse,
@@ -105,7 +106,7 @@ RULE_IDS = (
     "exposed_communication", "comm_serialized_with_compute", "comm_compute_contention", "collective_host_cost",
     "allreduce_not_fused", "norm_not_fused",
     "nccl_small_messages", "straggler_wait", "slow_rank", "low_comm_bandwidth", "host_bound_no_cuda_graphs",
-    "idle_gaps_host_cause",
+    "idle_gaps_host_cause", "host_gap_between_passes",
     "collectives_without_kernels",
     "low_tensor_activity", "gpu_power_underuse",
 )

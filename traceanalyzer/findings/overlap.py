@@ -8,8 +8,8 @@ The rules measure their time inside a few disjoint interval sets of a device's s
   ``low_comm_bandwidth`` and ``straggler_wait`` measure parts of it, and ``slow_rank``'s extra compute is what the
   other ranks spend there waiting. The set's union per step is the device's ``comm_exposed_per_step_ns``.
 * ``gpu_idle``: idle gaps inside steps (launch gaps of ``host_bound_no_cuda_graphs``, long gaps of
-  ``idle_gaps_host_cause``, the host-side collective calls the GPU waits for). Its union is the device's idle time
-  per step.
+  ``idle_gaps_host_cause``, the gap between passes of ``host_gap_between_passes``, the host-side collective calls
+  the GPU waits for). Its union is the device's idle time per step.
 * ``norm_chain``: the kernels and gaps of the add + RMSNorm chains after all-reduces; ``norm_not_fused`` and
   ``allreduce_not_fused`` split each chain into two disjoint parts (docs/FINDINGS.md), so they add up.
 * ``comm_beside_compute``: compute slowed by collectives beside it (``comm_compute_contention``).
@@ -26,8 +26,8 @@ from ..analysis.results import Finding, Summary
 GROUPS: dict[str, tuple[str, ...]] = {
     "sm_idle_in_collectives": ("exposed_communication", "comm_serialized_with_compute", "nccl_small_messages",
                                "low_comm_bandwidth", "straggler_wait", "slow_rank"),
-    "gpu_idle": ("host_bound_no_cuda_graphs", "idle_gaps_host_cause", "collective_host_cost",
-                 "collectives_without_kernels"),
+    "gpu_idle": ("host_bound_no_cuda_graphs", "idle_gaps_host_cause", "host_gap_between_passes",
+                 "collective_host_cost", "collectives_without_kernels"),
     "norm_chain": ("allreduce_not_fused", "norm_not_fused"),
     "comm_beside_compute": ("comm_compute_contention",),
 }
