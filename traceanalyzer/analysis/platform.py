@@ -76,37 +76,37 @@ class TracePlatform:
     tool_version: str | None = None
 
 
-def _kernel_rows(trace: Trace) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct kernel names (pool ids) with counts, total ns and whether they are communication kernels."""
+def _name_counts(trace: Trace) -> tuple[list[str], np.ndarray]:
+    """Distinct kernel names with their counts (one sorted copy of the name-id column, no per-row temporaries)."""
     k = trace.kernels
     if not len(k):
-        return [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool)
-    ids, inverse, counts = np.unique(k["name_id"], return_inverse=True, return_counts=True)
-    inverse = inverse.ravel()
-    total = np.bincount(inverse, weights=(k["end_ns"] - k["start_ns"]).astype(np.float64), minlength=len(ids))
-    comm_id = trace.strings.get("communication")
-    is_comm = np.zeros(len(ids), dtype=bool)
-    if "bucket_id" in k and comm_id >= 0:
-        is_comm = np.bincount(inverse, weights=(k["bucket_id"] == comm_id).astype(np.float64),
-                              minlength=len(ids)) > 0
-    names = [trace.strings[int(i)] if i >= 0 else "" for i in ids.tolist()]
-    return names, counts.astype(np.int64), total.astype(np.int64), is_comm
+        return [], np.zeros(0, np.int64)
+    ids, counts = np.unique(k["name_id"], return_counts=True)
+    return [trace.strings[int(i)] if i >= 0 else "" for i in ids.tolist()], counts.astype(np.int64)
 
 
-def _subbuckets(trace: Trace, names: list[str]) -> dict[str, str | None]:
+def _comm_rows(trace: Trace) -> list[tuple[str, str | None, int, int]]:
+    """(name, sub-bucket, count, total ns) of the distinct communication kernels (only their rows are read)."""
     k = trace.kernels
-    if "subbucket_id" not in k or not len(k):
-        return {}
-    pairs = np.unique(np.column_stack([k["name_id"].astype(np.int64), k["subbucket_id"].astype(np.int64)]), axis=0)
-    return {trace.strings[int(n)]: (trace.strings[int(s)] if s >= 0 else None) for n, s in pairs.tolist() if n >= 0}
+    comm_id = trace.strings.get("communication")
+    if not len(k) or "bucket_id" not in k or comm_id < 0:
+        return []
+    rows = np.flatnonzero(k["bucket_id"] == comm_id)
+    if not len(rows):
+        return []
+    subs = k["subbucket_id"][rows].astype(np.int64) if "subbucket_id" in k else np.full(len(rows), -1, np.int64)
+    keys = np.column_stack([k["name_id"][rows].astype(np.int64), subs])
+    uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    total = np.bincount(inverse.ravel(), weights=(k["end_ns"][rows] - k["start_ns"][rows]).astype(np.float64),
+                        minlength=len(uniq))
+    return [(trace.strings[int(n)] if n >= 0 else "", trace.strings[int(sb)] if sb >= 0 else None, int(c), int(t))
+            for (n, sb), c, t in zip(uniq.tolist(), counts.tolist(), total.tolist(), strict=True)]
 
 
 def trace_platform(trace: Trace) -> TracePlatform:
     """The platform evidence in one classified trace: its GPUs, the kernel families, the communication paths."""
-    names, counts, totals, is_comm = _kernel_rows(trace)
-    subs = _subbuckets(trace, names) if is_comm.any() else {}
-    comm = comm_paths((names[i], subs.get(names[i]), int(counts[i]), int(totals[i]))
-                      for i in np.flatnonzero(is_comm).tolist())
+    names, counts = _name_counts(trace)
+    comm = comm_paths(_comm_rows(trace))
     families: dict[str, int] = {}
     for i, name in enumerate(names):
         for family, _, pattern in _FAMILIES:
@@ -280,7 +280,8 @@ def platform_facts(parts: list[TracePlatform], cross: CrossRankSummary | None = 
                                           "message sizes (nsys -t cuda,nvtx) let the bus bandwidth be compared with "
                                           "link peaks"})
     if comm and not sized:
-        unknown.append({"what": "collective message sizes",
+        unknown.append({"what": "collective message sizes (without them the bus bandwidth, nccl_small_messages and "
+                                "low_comm_bandwidth cannot be computed)",
                         "how_to_capture": "nsys profile -t cuda,nvtx records NCCL's NVTX payloads (message sizes); "
                                           "torch.profiler(record_shapes=True) records them in record_param_comms"})
     unknown.append({"what": "framework version and launch settings",
