@@ -151,7 +151,9 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
                             "ranks_missing": sum(r.ranks_missing for r in runs)})
     result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
     if options.gpu_log is not None:
-        result.power = _power(headers, devices, options.gpu_log)
+        result.power = _power(headers, devices, options.gpu_log, options.extra.get("gpu_log_utc_offset_s"))
+        if result.power and result.power.get("warning"):
+            result.warnings.append(result.power["warning"])
     if options.findings:
         result.findings = work.findings(result, options)
     return result
@@ -171,9 +173,10 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame | None:
 
 
 def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
-           gpu_log: PathLike) -> dict[str, Any] | None:
-    """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be."""
-    from .analysis.power import power_during
+           gpu_log: PathLike, utc_offset_s: int | None = None) -> dict[str, Any] | None:
+    """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be; the log's
+    time zone given (``utc_offset_s``) or detected (``analysis.power.power_aligned``)."""
+    from .analysis.power import power_aligned
     from .loaders.power_log import read_power_log
 
     windows: dict[int, tuple[int, int]] = {}
@@ -188,8 +191,10 @@ def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
         windows[dev.device] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
     if not windows:
         return {"log": Path(gpu_log).name, "matched": False, "reason": "traces carry no UTC clock origin",
-                "gpus": []}
-    return power_during(read_power_log(gpu_log), windows)
+                "gpus": [], "warning": f"{Path(gpu_log).name}: the traces carry no UTC clock origin: the power log "
+                                       "cannot be aligned"}
+    names = {d.device: d.name for d in devices}
+    return power_aligned(read_power_log(gpu_log), windows, utc_offset_s, names)
 
 
 def _named(path: PathLike, warning: str) -> str:

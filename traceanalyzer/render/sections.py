@@ -403,7 +403,7 @@ def gpu_metric_rows(df: pd.DataFrame | None) -> dict[str, Any] | None:
             "numeric": [k == "device" for k in keys] + [True] * len(phases), "omitted": 0}
 
 
-POWER_COLUMNS = {"gpu": "GPU", "samples": "samples", "power_mean_w": "power mean (W)",
+POWER_COLUMNS = {"gpu": "GPU", "name": "model", "samples": "samples", "power_mean_w": "power mean (W)",
                  "power_max_w": "power max (W)", "power_limit_w": "limit (W)",
                  "power_mean_pct_of_limit": "mean % of limit", "sm_clock_mhz_mean": "SM clock mean (MHz)",
                  "util_pct_mean": "utilization mean (%)", "temp_c_mean": "temperature mean (°C)"}
@@ -418,7 +418,7 @@ def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
     rows = [[_cell(g.get(k), k) for k in keys] for g in gpus]
     return {"log": str(power.get("log", "")), "timezone": str(power.get("assumed_timezone", "")),
             "matched": bool(power.get("matched", True)), "reason": str(power.get("reason", "")),
-            "table": {"columns": [POWER_COLUMNS[k] for k in keys], "rows": rows, "numeric": [True] * len(keys),
+            "table": {"columns": [POWER_COLUMNS[k] for k in keys], "rows": rows, "numeric": [k != "name" for k in keys],
                       "omitted": 0}}
 
 
