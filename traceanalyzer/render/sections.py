@@ -273,10 +273,11 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
     from ..analysis.collectives import with_transfer
     from ..findings.comm_rules import link_peak_gbps
 
-    rows, peaks = [], set()
+    rows, peaks, sized = [], set(), False
     for d in devices:
         if not len(d.collectives) or "name" not in d.collectives.columns:
             continue
+        sized = sized or bool((d.collectives["bytes"] > 0).any()) if "bytes" in d.collectives else sized
         peak = link_peak_gbps(d.name)
         df = with_transfer(d.collectives, d.rank, cross.per_collective if cross else None, peak)
         if peak:
@@ -299,6 +300,9 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
             "wait", "algbw", "busbw", "busbw % of link peak"]
     note = ("link peak (vendor, per GPU, one direction): " + "; ".join(sorted(peaks))) if peaks else \
         "link peak unknown for these GPUs"
+    if not sized:
+        note += ("; message sizes not recorded, so size, algbw and busbw cannot be computed (nsys profile -t cuda,nvtx "
+                 "records NCCL's NVTX payloads; torch.profiler(record_shapes=True) records record_param_comms)")
     return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 12, "omitted": 0, "note": note}
 
 
