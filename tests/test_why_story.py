@@ -135,7 +135,7 @@ def test_first_screen(summaries: dict[str, ta.Summary]) -> None:
     print_summary(summaries["story"], Console(file=buf, width=200, color_system=None), Console(file=io.StringIO()))
     text = buf.getvalue()
     first = text[:text.index("Per device")]
-    for needle in ("compute capability 12.0 (sm120)", "PCIe, no NVLink", "nccl (RING_LL 100%)",
+    for needle in ("compute capability 12.0 (sm120)", "PCIe, no NVLink", "nccl (RING_LL 100% by kernel name)",
                    "none of: custom allreduce", "gated to SM90 / SM100", "156 all-reduces per step go through NCCL",
                    "Rank 5 is the slow rank: attention kernels", "Together the findings save at most 19.66 ms/step"):
         assert needle in first, needle
@@ -157,3 +157,22 @@ def test_host_gap_between_passes(summaries: dict[str, ta.Summary]) -> None:
     assert f.evidence["steps_with_gap"] == 5 and round(f.impact_pct_of_step or 0, 1) == 6.5
     assert "--disable-overlap-schedule" in f.recommendation  # FlashInfer kernels: a serving framework
     assert "host_gap_between_passes" not in ids(summaries["even"])  # 50 µs between passes is not worth a finding
+
+
+def test_nvlink_from_gpu_metrics(tmp_path: Path) -> None:
+    """NVLink traffic in nsys GPU metrics says NVLink even where the GPU model does not (and disagrees with a
+    PCIe-only model: then the link is unknown)."""
+    from traceanalyzer.testing.synth_nsys import write_nsys_export
+
+    kernels = [(i * 1000, i * 1000 + 500, d, 7, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100 + d)
+               for i in range(20) for d in (0, 1)]
+    metrics = [(i * 1000, d, "NVLink RX Bandwidth [Throughput %]", 40) for i in range(20) for d in (0, 1)]
+    unknown_model = ta.summary(write_nsys_export(tmp_path / "a.sqlite", kernels, gpu_metrics=metrics,
+                                                 gpu_name="NVIDIA Some GPU")).platform
+    assert unknown_model.interconnect == "nvlink"
+    assert unknown_model.interconnect_evidence == ["nsys GPU metrics recorded NVLink traffic"]
+    clash = ta.summary(write_nsys_export(tmp_path / "b.sqlite", kernels, gpu_metrics=metrics,
+                                         gpu_name=StoryOptions().gpu_name)).platform
+    assert clash.interconnect == "unknown" and "the evidence disagrees" in clash.interconnect_evidence
+    none = ta.summary(write_nsys_export(tmp_path / "c.sqlite", kernels, gpu_name="NVIDIA Some GPU")).platform
+    assert none.interconnect == "unknown" and any(u["what"].startswith("interconnect") for u in none.unknown)

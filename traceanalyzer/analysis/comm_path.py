@@ -32,6 +32,10 @@ PATHS = ("nccl", "custom_allreduce", "allreduce_fusion", "symmetric_memory", "de
 NCCL_ALGOS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "RING", "TREE", "PAT")
 NCCL_PROTOS = ("LL128", "LL", "SIMPLE")
 
+#: What the algorithm / protocol in an NCCL kernel's name is (NVIDIA/nccl PRs #2223 / #2224).
+NCCL_NAME_NOTE = ("as the kernel symbol names them: NCCL names a kernel after the body it inlines, so the protocol "
+                  "tuned for a message may differ; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints the choice")
+
 _NCCL = re.compile(r"\bnccl(?:Dev)?Kernel_(\w+)", re.IGNORECASE)
 _ALGO_PROTO = re.compile(r"(?:^|_)(" + "|".join(NCCL_ALGOS) + r")_(" + "|".join(NCCL_PROTOS) + r")(?:_|$)")
 _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -97,7 +101,8 @@ class PathUse:
     def to_json(self) -> dict[str, Any]:
         top = dict(sorted(self.names.items(), key=lambda kv: -kv[1])[:5])
         return {"path": self.path, "kernels": self.kernels, "total_ns": self.total_ns, "kernel_names": top,
-                **({"nccl_algorithm_protocol": self.algorithms} if self.path == "nccl" else {})}
+                **({"nccl_algorithm_protocol": self.algorithms, "nccl_algorithm_protocol_note": NCCL_NAME_NOTE}
+                   if self.path == "nccl" else {})}
 
 
 def comm_paths(rows: Iterable[tuple[str, str | None, int, int]]) -> dict[str, PathUse]:
@@ -130,5 +135,5 @@ def merge_paths(parts: Iterable[dict[str, PathUse]]) -> dict[str, PathUse]:
     return {p: out[p] for p in PATHS if p in out}
 
 
-__all__ = ["NCCL_ALGOS", "NCCL_PROTOS", "PATHS", "NcclKernel", "PathUse", "comm_paths", "merge_paths", "parse_nccl",
-           "path_of"]
+__all__ = ["NCCL_ALGOS", "NCCL_NAME_NOTE", "NCCL_PROTOS", "PATHS", "NcclKernel", "PathUse", "comm_paths",
+           "merge_paths", "parse_nccl", "path_of"]

@@ -478,7 +478,7 @@ def platform_lines(summary: Summary) -> list[str]:
             if path == "nccl" and use.algorithms:
                 total = sum(use.algorithms.values())
                 text += " (" + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in
-                                         sorted(use.algorithms.items(), key=lambda kv: -kv[1])) + ")"
+                                         sorted(use.algorithms.items(), key=lambda kv: -kv[1])) + " by kernel name)"
             used.append(f"{text}: {use.kernels} kernels")
         missing = [m.replace("_", " ") for m in ("custom_allreduce", "allreduce_fusion", "symmetric_memory")
                    if m not in p.comm]
