@@ -40,10 +40,15 @@ CASES: dict[str, tuple[list[str], set[str], set[str], set[str], dict[str, Any]]]
     "h200_prefill_serial": (
         ["h200/kineto/prefill_serial_rank0.json.gz", "h200/kineto/prefill_serial_rank1.json.gz"],
         {"exposed_communication", "comm_serialized_with_compute", "allreduce_not_fused"},
-        # plain PyTorch: no serving framework, so no SGLang / vLLM flags
+        # plain PyTorch: no serving framework, so no SGLang / vLLM flags; NCCL runs over NVLink here
         {"cause_custom_allreduce_unused_nvlink", "cause_allreduce_norm_fusion_available",
-         "cause_allreduce_norm_fusion_gated_arch"},
+         "cause_allreduce_norm_fusion_gated_arch", "cause_nccl_not_over_nvlink", "low_comm_bandwidth"},
         {"nccl"}, {"gpu_model": "NVIDIA H200", "architecture": "sm90", "interconnect": "nvlink", "world_size": 2}),
+    "h200_nop2p": (  # the same prefill with NCCL_P2P_DISABLE=1: all-reduces through host memory
+        ["h200/kineto/nop2p_prefill_serial_rank0.json.gz", "h200/kineto/nop2p_prefill_serial_rank1.json.gz"],
+        {"low_comm_bandwidth", "cause_nccl_not_over_nvlink"},
+        {"cause_custom_allreduce_unused_nvlink", "cause_allreduce_norm_fusion_available"},
+        {"nccl"}, {"interconnect": "nvlink", "world_size": 2}),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.platform import PCIE_GEN5_GBPS
 from ..analysis.results import Finding
 from .context import FindingContext, count_kinds_per_step
 
@@ -114,6 +115,9 @@ EVIDENCE: dict[str, Callable[[_Facts], bool]] = {
     "host_bound_no_cuda_graphs": lambda f: "host_bound_no_cuda_graphs" in f.found,
     "deepep_kernels": lambda f: "deepep" in f.paths(),
     "comm_contention": lambda f: "comm_compute_contention" in f.found or "exposed_communication" in f.found,
+    "low_comm_bandwidth": lambda f: "low_comm_bandwidth" in f.found,
+    "bandwidth_below_pcie": lambda f: f.platform is not None and f.platform.bus_bandwidth_gbps is not None
+    and f.platform.bus_bandwidth_gbps < PCIE_GEN5_GBPS,
 }
 EVIDENCE_TEXT = {
     "nccl_allreduce": "NCCL all-reduce kernels in the trace",
@@ -123,6 +127,8 @@ EVIDENCE_TEXT = {
     "host_bound_no_cuda_graphs": "launch gaps between short kernels without CUDA graphs (host_bound_no_cuda_graphs)",
     "deepep_kernels": "DeepEP dispatch / combine kernels in the trace",
     "comm_contention": "communication slows or blocks compute (comm_compute_contention / exposed_communication)",
+    "low_comm_bandwidth": "collectives far below the link's bandwidth (finding low_comm_bandwidth)",
+    "bandwidth_below_pcie": f"measured all-reduce bus bandwidth below PCIe Gen5 x16 ({PCIE_GEN5_GBPS:.0f} GB/s)",
 }
 
 
@@ -160,7 +166,8 @@ def _placeholders(f: _Facts) -> dict[str, Any]:
             "architecture": (p.architecture if p is not None else None) or "unknown",
             "compute_capability": (p.compute_capability if p is not None else None) or "unknown",
             "chains_per_step": chains.evidence.get("allreduces_followed_per_step") if chains else 0,
-            "deepep_kernels": deepep.kernels if deepep is not None else 0}
+            "deepep_kernels": deepep.kernels if deepep is not None else 0,
+            "bus_bandwidth": f"{p.bus_bandwidth_gbps:.0f}" if p is not None and p.bus_bandwidth_gbps else "unknown"}
 
 
 def _settings_text(settings: dict[str, str]) -> str:
@@ -227,6 +234,7 @@ _EXPLAINS: dict[str, tuple[str, ...]] = {
     "allreduce_norm_fusion_available": ("allreduce_not_fused",),
     "cuda_graphs_off": ("host_bound_no_cuda_graphs",),
     "deepep_not_nccl": ("comm_compute_contention", "exposed_communication"),
+    "nccl_not_over_nvlink": ("low_comm_bandwidth", "comm_serialized_with_compute", "exposed_communication"),
 }
 
 
