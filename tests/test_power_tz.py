@@ -53,3 +53,30 @@ def test_log_matching_nothing_is_a_warning(tmp_path: Path, trace: Path) -> None:
     s = ta.summary(trace, gpu_log=_log(tmp_path / "old.csv", 3 * 86400))  # three days off: no zone explains it
     assert s.power is not None and not s.power["matched"]
     assert any("no power sample falls inside the capture window" in w for w in s.warnings)
+
+
+def test_zone_offsets() -> None:
+    from traceanalyzer.analysis.power import zone_offset_s
+
+    assert [zone_offset_s(z, 0) for z in ("UTC", "UTC+01:00", "+0530", "-3", "GMT-05:30")] == \
+        [0, 3600, 19800, -10800, -19800]
+    july, january = 1_782_900_000 * 10**9, 1_767_300_000 * 10**9  # 2026-07-01, 2026-01-01
+    assert zone_offset_s("Europe/Berlin", july) == 7200 and zone_offset_s("Europe/Berlin", january) == 3600
+    with pytest.raises(ValueError):
+        zone_offset_s("Mars/Olympus", 0)
+
+
+def test_cli_gpu_log_tz(tmp_path: Path, trace: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import cli
+
+    log = _log(tmp_path / "ist.csv", 19800)
+    ok = CliRunner().invoke(cli, ["summary", str(trace), "--json", "--gpu-log", str(log), "--gpu-log-tz", "+05:30"])
+    assert ok.exit_code == 0, ok.output
+    power = json.loads(ok.stdout)["power"]
+    assert (power["assumed_timezone"], power["timezone_source"], power["matched"]) == ("UTC+05:30", "given", True)
+    bad = CliRunner().invoke(cli, ["summary", str(trace), "--gpu-log", str(log), "--gpu-log-tz", "Mars/Olympus"])
+    assert bad.exit_code == 2 and "unknown time zone" in bad.output

@@ -151,7 +151,8 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
                             "ranks_missing": sum(r.ranks_missing for r in runs)})
     result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
     if options.gpu_log is not None:
-        result.power = _power(headers, devices, options.gpu_log, options.extra.get("gpu_log_utc_offset_s"))
+        result.power = _power(headers, devices, options.gpu_log, options.extra.get("gpu_log_utc_offset_s"),
+                              options.extra.get("gpu_log_tz"))
         if result.power and result.power.get("warning"):
             result.warnings.append(result.power["warning"])
     if options.findings:
@@ -173,10 +174,12 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame | None:
 
 
 def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
-           gpu_log: PathLike, utc_offset_s: int | None = None) -> dict[str, Any] | None:
+           gpu_log: PathLike, utc_offset_s: int | None = None, zone: str | None = None) -> dict[str, Any] | None:
     """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be; the log's
-    time zone given (``utc_offset_s``) or detected (``analysis.power.power_aligned``)."""
-    from .analysis.power import power_aligned
+    time zone given (``utc_offset_s``, or ``zone``: ``--gpu-log-tz``) or detected
+    (``analysis.power.power_aligned``)."""
+    from .analysis.power import power_aligned, zone_offset_s
+    from .errors import BadInputError
     from .loaders.power_log import read_power_log
 
     windows: dict[int, tuple[int, int]] = {}
@@ -194,7 +197,13 @@ def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
                 "gpus": [], "warning": f"{Path(gpu_log).name}: the traces carry no UTC clock origin: the power log "
                                        "cannot be aligned"}
     names = {d.device: d.name for d in devices}
-    return power_aligned(read_power_log(gpu_log), windows, utc_offset_s, names)
+    log = read_power_log(gpu_log)
+    if zone is not None and utc_offset_s is None and len(log.samples):
+        try:
+            utc_offset_s = zone_offset_s(zone, int(log.samples["utc_ns"].iloc[0]))
+        except ValueError as exc:
+            raise BadInputError(None, f"--gpu-log-tz: {exc}") from None
+    return power_aligned(log, windows, utc_offset_s, names)
 
 
 def _named(path: PathLike, warning: str) -> str:

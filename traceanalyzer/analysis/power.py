@@ -8,6 +8,7 @@ read by :func:`traceanalyzer.loaders.power_log.read_power_log`; this module only
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,37 @@ def power_aligned(log: PowerLog, windows_utc_ns: dict[int, tuple[int, int]], utc
         out["warning"] = (f"{Path(log.path).name}: timestamps read as local time {zone} (no sample matched them as "
                           "UTC); pass the zone explicitly if that is wrong")
     return out
+
+
+_FIXED_ZONE = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
+
+
+def zone_offset_s(zone: str, local_ns: int) -> int:
+    """The offset in seconds (local − UTC) of ``zone`` at the local wall-clock time ``local_ns`` (ns since the epoch
+    as if it were UTC, as :func:`~traceanalyzer.loaders.power_log.read_power_log` reads nvidia-smi's stamps):
+    ``UTC``, ``UTC+01:00``, ``+0530``, ``-3``, or an IANA name (``Europe/Berlin``, daylight saving applied).
+    ValueError for anything else."""
+    import datetime as _dt
+
+    text = zone.strip()
+    if text.upper() in ("UTC", "GMT", "Z"):
+        return 0
+    if m := _FIXED_ZONE.match(text):
+        sign = 1 if m.group(1) == "+" else -1
+        hours, minutes = int(m.group(2)), int(m.group(3) or 0)
+        if hours > 14 or minutes >= 60:
+            raise ValueError(f"time zone offset out of range: {zone!r}")
+        return sign * (hours * 3600 + minutes * 60)
+    try:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        info = ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ValueError(f"unknown time zone {zone!r} (use UTC±HH:MM or an IANA name such as Europe/Berlin)") \
+            from exc
+    naive = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=local_ns // 1000)
+    offset = naive.replace(tzinfo=info).utcoffset()
+    return int(offset.total_seconds()) if offset is not None else 0
 
 
 def _utc(ns: int) -> str:

@@ -506,8 +506,10 @@ def combined_line(summary: Summary) -> str | None:
     if not c:
         return None
     shared = [g for g in c["groups"] if len(g["findings"]) > 1 and g["at_most_ns_per_step"] < g["sum_of_impacts_ns"]]
-    note = "".join(f"; {', '.join(g['findings'])} share the same {g['time'].replace('_', ' ')} time: do not add them"
-                   for g in shared)
+    words = {"sm_idle_in_collectives": "SM-idle-in-collectives", "gpu_idle": "GPU-idle", "norm_chain": "norm-chain",
+             "comm_beside_compute": "compute-beside-communication"}
+    note = "".join(f"; {', '.join(g['findings'])} share the same {words.get(g['time'], g['time'])} time: do not add "
+                   "them" for g in shared)
     pct = f" ({c['pct_of_step']:.0f}% of the step)" if c.get("pct_of_step") is not None else ""
     return (f"Together the findings save at most {fmt_ns(c['at_most_ns_per_step'])}/step{pct}, "
             f"not the {fmt_ns(c['sum_of_impacts_ns'])} their impacts add up to{note}")
