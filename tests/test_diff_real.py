@@ -71,8 +71,10 @@ def test_nsys_ai_before_after_pair(shared_data: Path) -> None:
     nsys = shared_data / "nsys-public"
     result = diff(nsys / "nsysai_mfu_2xh100_before_2026.2.1.sqlite", nsys / "nsysai_mfu_2xh100_after_2026.2.1.sqlite")
     check_invariants(result)
-    assert result.comparable and result.kernel_overlap == pytest.approx(1.0)
-    assert set(result.kernels["match"]) == {"name"}
+    # two 300 ms windows with no step boundary (their repeating unit is a layer: docs/STRUCTURE.md): no per-step
+    # comparison, and the diff says why; the kernels still match by name
+    assert not result.comparable and any("no steps detected in the before run" in r for r in result.reasons)
+    assert result.kernel_overlap == pytest.approx(1.0) and set(result.kernels["match"]) == {"name"}
 
 
 def test_hta_trace_diff_control_vs_test_is_not_comparable(shared_data: Path) -> None:

@@ -29,7 +29,8 @@ def test_summary_plain_text_with_all_parts() -> None:
         assert cell in row
     assert out.index("All-reduce blocks compute") < out.index("Launch gaps")
     assert "If communication were free: 2.000 µs per step (basis: gpu_transfer)" in out
-    assert "straggler: rank 1" in out
+    assert "waited for (straggler): rank 1" in out
+    assert "wait over the whole window: rank 0: 1.500 µs" in out  # no per-step waits: labelled as a total
     assert "12.00 µs 50 %" in out  # gemm exclusive time and share of busy
 
 

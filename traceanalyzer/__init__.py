@@ -63,7 +63,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
 def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
            gpu_log: PathLike | None = None, cdn: bool = False, progress: ProgressFn | None = None,
-           window: str | None = None) -> tuple[Path, Summary]:
+           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path, Summary]:
     """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``.
 
     ``output`` defaults to ``reports/<first trace name>.html``; ``cdn`` references plotly on its CDN instead of
@@ -74,7 +74,7 @@ def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = No
     files: list[PathLike] = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return _report(files, output=output, rules=rules,
                    jobs=jobs, step_range=step_range, layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn,
-                   progress=progress, window=window)
+                   progress=progress, window=window, gpu_log_tz=gpu_log_tz)
 
 
 def diff(before: Any, after: Any, **options: Any) -> Any:

@@ -33,6 +33,21 @@ _LAYER_PATTERN = click.option("--layer-pattern", default=DEFAULT_LAYER_PATTERN,
                               help="Regex of NVTX range names that mark layers.")
 _GPU_LOG = click.option("--gpu-log", type=_PATH, default=None,
                         help="nvidia-smi CSV log (power, clocks) to align with the trace.")
+def _check_zone(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        from .analysis.power import zone_offset_s
+
+        try:
+            zone_offset_s(value, 0)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
+_GPU_LOG_TZ = click.option("--gpu-log-tz", default=None, metavar="ZONE", callback=_check_zone,
+                           help="Time zone the --gpu-log timestamps are written in (nvidia-smi writes local time): "
+                                "UTC, UTC+01:00, -05:30 or an IANA name such as Europe/Berlin. Default: UTC when "
+                                "that matches the capture, else the offset detected from the capture window.")
 _WINDOW = click.option("--window", default=None, metavar="START:END",
                        help="Analyse only the activity starting in [START, END) seconds from the capture start "
                             "(nsys: its own clock; Kineto: the first event). nsys exports are filtered in SQLite.")
@@ -43,8 +58,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _analysis_options(fn: F) -> F:
     """The options every command that runs the summary takes: --rules, -j, --step-range, --layer-pattern,
-    --gpu-log, --window (in that order in --help)."""
-    for option in (_WINDOW, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
+    --gpu-log, --gpu-log-tz, --window (in that order in --help)."""
+    for option in (_WINDOW, _GPU_LOG_TZ, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
         fn = option(fn)
     return fn
 
@@ -149,8 +164,8 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
               help="With --engine dask: the scheduler (tcp://HOST:8786; env DASK_SCHEDULER_ADDRESS); default: a "
                    "local cluster of -j worker processes. Workers read the trace files by path.")
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
-            jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None,
-            engine: str, scheduler: str | None) -> None:
+            jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
+            window: str | None, engine: str, scheduler: str | None) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -169,6 +184,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
         from .pipeline import hta_compat as hta_fn
 
         ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
+                                            ("--gpu-log-tz", gpu_log_tz),
                                             ("--window", window), ("--engine dask", engine != "local"),
                                             ("--layer-pattern", layer_pattern != DEFAULT_LAYER_PATTERN)) if given]
         if ignored:
@@ -192,7 +208,8 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
                                  layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
-                                 engine=engine, scheduler=scheduler)
+                                 engine=engine, scheduler=scheduler,
+                                 extra={"gpu_log_tz": gpu_log_tz} if gpu_log_tz else None)
     if as_json:
         _emit_json(result.to_json(), output, inputs)
         return
@@ -209,7 +226,8 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
 @_analysis_options
 @click.option("--cdn", is_flag=True, help="Load plotly from its CDN instead of inlining it (smaller file).")
 def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jobs: int,
-           step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None, cdn: bool) -> None:
+           step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None, window: str | None,
+           cdn: bool) -> None:
     """The summary in the terminal plus one self-contained HTML report (charts, per-step, per-layer and
     per-collective tables, findings).
 
@@ -223,7 +241,7 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     with progress_bar("loading") as progress:
         written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
                                     layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress,
-                                    window=window)
+                                    window=window, gpu_log_tz=gpu_log_tz)
     from .render.terminal import make_console, print_summary
 
     to_stdout = is_stdout(written)
@@ -239,7 +257,8 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
 @click.option("--append", is_flag=True, help="Add this run to the database instead of replacing it (a history).")
 @_analysis_options
 def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | None, jobs: int,
-           step_range: str | None, layer_pattern: str, gpu_log: Path | None, window: str | None) -> None:
+           step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
+           window: str | None) -> None:
     """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
     layers, collectives and findings, with foreign keys to traces, indexes on (trace_id, rank, device,
     start_ns) and full-text search on kernel names. Open it with sqlite3 or Datasette; docs/EXPORT.md has
@@ -250,7 +269,8 @@ def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | N
 
     with progress_bar("loading") as progress:
         result = export_fn(list(traces), output, append=append, rules=rules, jobs=jobs, step_range=step_range,
-                           layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
+                           layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
+                           gpu_log_tz=gpu_log_tz)
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
     click.echo(f"{result.path}: run {result.run_id} — {counts}")
 

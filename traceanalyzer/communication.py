@@ -116,5 +116,15 @@ def link_peak_gbps(gpu_name: str | None) -> float | None:
     return None
 
 
-__all__ = ["ALLREDUCE_KINDS", "KINDS", "KIND_NAMES", "LINK_PEAK_GBPS", "OTHER", "PEER_COPY", "bus_factor",
-           "bus_factors", "group_sizes", "kind_of", "link_peak_gbps"]
+#: Kinds of collective instances that all-reduce, the fused all-reduce + norm included.
+ALLREDUCE_LIKE_KINDS: tuple[str, ...] = (*ALLREDUCE_KINDS, "allreduce_fusion")
+
+#: The communication paths a trace can show (:mod:`traceanalyzer.analysis.comm_path`): NCCL and those beside it.
+COMM_PATHS: tuple[str, ...] = ("nccl", "custom_allreduce", "allreduce_fusion", "symmetric_memory", "deepep", "nvshmem",
+                               "mscclpp", "other")
+#: The all-reduce paths that bypass NCCL, reported as missing when the trace shows none of them.
+NON_NCCL_ALLREDUCE_PATHS: tuple[str, ...] = ("custom_allreduce", "allreduce_fusion", "symmetric_memory")
+
+__all__ = ["ALLREDUCE_KINDS", "ALLREDUCE_LIKE_KINDS", "COMM_PATHS", "KINDS", "KIND_NAMES", "LINK_PEAK_GBPS",
+           "NON_NCCL_ALLREDUCE_PATHS", "OTHER", "PEER_COPY", "bus_factor", "bus_factors", "group_sizes", "kind_of",
+           "link_peak_gbps"]

@@ -51,7 +51,8 @@ class ExportResult:
 def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], output: PathLike, *,
            append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
            layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
-           progress: ProgressFn | None = None, window: str | None = None) -> ExportResult:
+           progress: ProgressFn | None = None, window: str | None = None,
+           gpu_log_tz: str | None = None) -> ExportResult:
     """Summarize trace files (or loaded Traces, or take a ready :class:`Summary`) and write the results to the
     SQLite database ``output``: the ``export`` command and ``ta.export(...)``.
 
@@ -75,7 +76,8 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
         from .pipeline import summary as summarize
 
         summary = summarize(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
-                            gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}))
+                            gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}),
+                            **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
     check_output(target, [t.path for t in summary.traces], append=append)
     return write_database(summary, target, append=append)
 

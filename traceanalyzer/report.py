@@ -26,7 +26,7 @@ def default_output(paths: Sequence[PathLike], directory: Path = DEFAULT_DIR) -> 
 def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
            gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None,
-           window: str | None = None) -> tuple[Path, Summary]:
+           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path, Summary]:
     """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
 
     Returns the path written (default :func:`default_output`; ``-`` = stdout) and the :class:`Summary`. The
@@ -48,6 +48,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
                               window=window)
     # traces loaded here: what only the map step reads is let go after it (pipeline._summarize)
     summary = _summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                                gpu_log=gpu_log, jobs=jobs), {}, own=True)
+                                                gpu_log=gpu_log, jobs=jobs,
+                                                extra={"gpu_log_tz": gpu_log_tz} if gpu_log_tz else {}),
+                         {}, own=True)
     write_output(render_html(summary, traces, cdn=cdn), target, inputs=inputs)
     return target, summary

@@ -36,6 +36,7 @@ class TracePart:
     devices: list[DeviceSummary]
     gpu_metrics: pd.DataFrame | None
     warnings: list[str]
+    platform: Any = None  # analysis.platform.TracePlatform: the GPUs, kernel families, communication paths
 
     def compact(self) -> TracePart:
         return replace(self, devices=[replace(d, activity=None, layering=None) for d in self.devices])
@@ -52,6 +53,7 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
     summary loaded itself and reads again only for the reduce)."""
     from .analysis.device import analyze_device
     from .analysis.gpu_metrics import aggregate_gpu_metrics
+    from .analysis.platform import trace_platform
     from .analysis.summary import device_pairs, trace_meta
 
     pairs = device_pairs(trace)
@@ -65,7 +67,7 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
         _release_starts(trace, None)
     return TracePart(header=trace.header(), meta=trace_meta(trace), devices=devices,
                      gpu_metrics=metrics if metrics is not None and len(metrics) else None,
-                     warnings=list(trace.warnings))
+                     warnings=list(trace.warnings), platform=trace_platform(trace))
 
 
 def _release_starts(trace: Trace, rank: int | None) -> None:
@@ -122,6 +124,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
     findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
     from .analysis.cross_rank import analyze_cross_rank
+    from .analysis.platform import platform_facts
     from .analysis.results import RunCompleteness, Summary
     from .analysis.runs import group_runs, run_warnings
 
@@ -144,8 +147,12 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
                      warnings=warnings, gpu_metrics=_concat(frames),
                      extra={"runs": [r.to_json() for r in runs],
                             "ranks_missing": sum(r.ranks_missing for r in runs)})
+    result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
     if options.gpu_log is not None:
-        result.power = _power(headers, devices, options.gpu_log)
+        result.power = _power(headers, devices, options.gpu_log, options.extra.get("gpu_log_utc_offset_s"),
+                              options.extra.get("gpu_log_tz"))
+        if result.power and result.power.get("warning"):
+            result.warnings.append(result.power["warning"])
     if options.findings:
         result.findings = work.findings(result, options)
     return result
@@ -165,9 +172,12 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame | None:
 
 
 def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
-           gpu_log: PathLike) -> dict[str, Any] | None:
-    """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be."""
-    from .analysis.power import power_during
+           gpu_log: PathLike, utc_offset_s: int | None = None, zone: str | None = None) -> dict[str, Any] | None:
+    """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be; the log's
+    time zone given (``utc_offset_s``, or ``zone``: ``--gpu-log-tz``) or detected
+    (``analysis.power.power_aligned``)."""
+    from .analysis.power import power_aligned, zone_offset_s
+    from .errors import BadInputError
     from .loaders.power_log import read_power_log
 
     windows: dict[int, tuple[int, int]] = {}
@@ -182,8 +192,16 @@ def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
         windows[dev.device] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
     if not windows:
         return {"log": Path(gpu_log).name, "matched": False, "reason": "traces carry no UTC clock origin",
-                "gpus": []}
-    return power_during(read_power_log(gpu_log), windows)
+                "gpus": [], "warning": f"{Path(gpu_log).name}: the traces carry no UTC clock origin: the power log "
+                                       "cannot be aligned"}
+    names = {d.device: d.name for d in devices}
+    log = read_power_log(gpu_log)
+    if zone is not None and utc_offset_s is None and len(log.samples):
+        try:
+            utc_offset_s = zone_offset_s(zone, int(log.samples["utc_ns"].iloc[0]))
+        except ValueError as exc:
+            raise BadInputError(None, f"--gpu-log-tz: {exc}") from None
+    return power_aligned(log, windows, utc_offset_s, names)
 
 
 def _named(path: PathLike, warning: str) -> str:

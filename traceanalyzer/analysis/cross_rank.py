@@ -212,7 +212,10 @@ def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) ->
     new["least_wait_rank"] = rank_arr[dur.argmin(axis=1)]
     if comparable:
         clock = np.column_stack([array_of(wide, rank_column("clock_ns", r), np.int64) for r in ranks])
-        new["last_arrival_rank"] = rank_arr[clock.argmax(axis=1)]
+        latest = clock.max(axis=1)
+        # an instance where several ranks arrive at the same ns has no last arriver (not the first of them)
+        new["last_arrival_rank"] = np.where((clock == latest[:, None]).sum(axis=1) == 1,
+                                            rank_arr[clock.argmax(axis=1)], -1)
         new["arrival_skew_ns"] = clock.max(axis=1) - clock.min(axis=1)
     else:
         new["last_arrival_rank"] = -1

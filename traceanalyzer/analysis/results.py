@@ -290,6 +290,7 @@ class Summary:
     power: dict[str, Any] | None = None  # nvidia-smi log aligned with the trace
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    platform: Any = None  # analysis.platform.PlatformFacts: GPU model, architecture, link, communication paths
 
     def _repr_html_(self) -> str:
         """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
@@ -316,6 +317,8 @@ class Summary:
             out["gpu_metrics"] = _records(self.gpu_metrics)
         if self.power is not None:
             out["power"] = self.power
+        if self.platform is not None:
+            out["platform"] = self.platform.to_json()
         out.update(self.extra)
         return out
 

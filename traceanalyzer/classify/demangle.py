@@ -393,3 +393,34 @@ def _demangled(name: str) -> str:
 def display_names(names: Iterable[str | None]) -> list[str | None]:
     """:func:`display_name` of many names (each distinct name demangled once)."""
     return [display_name(n) for n in names]
+
+
+_ANON = ("(anonymous namespace)", "{anonymous}", "<unnamed>")
+
+
+def base_name(name: str | None) -> str:
+    """A kernel's name without return type, template arguments and parameter list, for short labels:
+    ``void (anonymous namespace)::multimem_all_reduce_kernel<__nv_bfloat16, 16>(…)`` →
+    ``(anonymous namespace)::multimem_all_reduce_kernel``; ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL(…)`` →
+    ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``. The first ``<`` or ``(`` outside an anonymous-namespace marker
+    ends the name; a leading return type (``void ``) is dropped."""
+    text = str(display_name(name) or "")
+    i = 0
+    out = []
+    while i < len(text):
+        marker = next((m for m in _ANON if text.startswith(m, i)), None)
+        if marker is not None:
+            out.append(marker)
+            i += len(marker)
+            continue
+        if text[i] in "<(":
+            break
+        out.append(text[i])
+        i += 1
+    short = "".join(out).strip()
+    for k, marker in enumerate(_ANON):  # markers hold spaces: kept whole while the return type is cut off
+        short = short.replace(marker, f"\x00{k}\x00")
+    short = short.rsplit(" ", 1)[-1]
+    for k, marker in enumerate(_ANON):
+        short = short.replace(f"\x00{k}\x00", marker)
+    return short or text

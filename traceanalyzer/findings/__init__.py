@@ -24,7 +24,7 @@ Rule = Callable[[FindingContext], list[Finding]]
 
 def _registry() -> dict[str, Rule]:
     """Rule id → rule, in :data:`RULE_IDS` order (a test checks it; the rule modules are imported on first use)."""
-    from . import comm_rules, fusion_rules, host_rules, metric_rules
+    from . import comm_rules, fusion_rules, host_rules, metric_rules, pass_rules, rank_rules
     from . import rule_ids as ids
 
     return {
@@ -36,9 +36,11 @@ def _registry() -> dict[str, Rule]:
         ids.NORM_NOT_FUSED: fusion_rules.norm_not_fused,
         ids.NCCL_SMALL_MESSAGES: comm_rules.nccl_small_messages,
         ids.STRAGGLER_WAIT: comm_rules.straggler_wait,
+        ids.SLOW_RANK: rank_rules.slow_rank,
         ids.LOW_COMM_BANDWIDTH: comm_rules.low_comm_bandwidth,
         ids.HOST_BOUND_NO_CUDA_GRAPHS: host_rules.host_bound_no_cuda_graphs,
         ids.IDLE_GAPS_HOST_CAUSE: host_rules.idle_gaps_host_cause,
+        ids.HOST_GAP_BETWEEN_PASSES: pass_rules.host_gap_between_passes,
         ids.COLLECTIVES_WITHOUT_KERNELS: host_rules.collectives_without_kernels,
         ids.LOW_TENSOR_ACTIVITY: metric_rules.low_tensor_activity,
         ids.GPU_POWER_UNDERUSE: metric_rules.gpu_power_underuse,
@@ -75,6 +77,15 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
     for rule_id, rule in _registry().items():
         if rule_id not in opts.disabled:
             found.extend(rule(ctx))
+    if "known_causes" not in opts.disabled:
+        from .causes import known_causes
+
+        found.extend(known_causes(ctx, found))  # reads the findings above; may replace their advice
+    from .overlap import mark_shared_time
+
+    combined = mark_shared_time(summary, found)  # each finding's shares_time_with, the union bound
+    if combined is not None:
+        summary.extra["findings_combined"] = combined
     return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
-from ..classify.demangle import display_name
+from ..classify.demangle import base_name
 from ..communication import ALLREDUCE_KINDS, bus_factors, group_sizes, link_peak_gbps
 from . import rule_ids as ids
 from .context import (
@@ -68,7 +68,10 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
         counts = count_kinds_per_step(ctx, dev, ctx.collective_column(dev, "start_ns").astype(np.int64),
                                       ctx.collective_column(dev, "kind").astype(str))
         wait = waits.get(str(dev.rank), {}).get("exposed_wait_ns_per_step")
-        wait_text = f"; {ms(wait)} of it is waiting for another rank" if wait and wait >= 0.1 * per_step else ""
+        cr = ctx.summary.cross_rank
+        waited_for = cr.straggler_rank if cr is not None and cr.straggler_rank != dev.rank else None
+        whom = f"rank {waited_for}" if waited_for is not None else "another rank"
+        wait_text = f"; {ms(wait)} of it is waiting for {whom}" if wait and wait >= 0.1 * per_step else ""
         found.append(Finding(
             id=ids.EXPOSED_COMMUNICATION,
             title=f"Rank {dev.rank}'s SMs sit idle in collectives for {ms(per_step)} of each step ({pct:.0f}%), "
@@ -114,7 +117,7 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
         counts = count_per_step(ctx, dev, c)
         streams = sorted({int(s) for s in c["stream"]})
         names = c["name"].astype(str).value_counts().head(3)
-        short = ", ".join(dict.fromkeys(str(display_name(str(n))).split("(")[0].split("<")[0] for n in names.index))
+        short = ", ".join(dict.fromkeys(base_name(str(n)) for n in names.index))
         found.append(Finding(
             id=ids.COMM_SERIALIZED_WITH_COMPUTE,
             title=f"{kinds_text(counts)} per step ({short}) run on the compute stream "
@@ -188,7 +191,9 @@ def straggler_wait(ctx: FindingContext) -> list[Finding]:
         return []
     devs = {str(d.rank): d for d in ctx.summary.devices}
     waiting = max(waits, key=lambda r: waits[r]["exposed_wait_ns_per_step"])
-    waited_for = min((r for r in waits if r != waiting), key=lambda r: waits[r]["wait_ns_per_step"])
+    waited_for = str(cr.straggler_rank) if cr.straggler_rank is not None and str(cr.straggler_rank) != waiting \
+        and str(cr.straggler_rank) in waits else \
+        min((r for r in waits if r != waiting), key=lambda r: waits[r]["wait_ns_per_step"])
     dev = devs[waiting]
     wait = waits[waiting]["exposed_wait_ns_per_step"]
     pct = ctx.pct_of_step(dev, wait)
@@ -208,6 +213,14 @@ def straggler_wait(ctx: FindingContext) -> list[Finding]:
                   "straggler_rank": cr.straggler_rank, "collectives_matched": cr.collectives_matched,
                   "match_method": cr.match_method, "last_arrival_counts": _arrival_counts(arrivals)},
     )]
+
+
+def _norm_follows(ctx: FindingContext, dev: DeviceSummary) -> bool:
+    """Whether an add + RMSNorm chain follows this device's all-reduces (the fusion rules' chains): only then is
+    fusing the all-reduce with the norm advice that applies."""
+    ev = ctx.evidence_of(dev)
+    chains = None if ev is None else ev.chains
+    return chains is not None and len(chains) > 0
 
 
 def _arrival_counts(arrivals: pd.Series) -> dict[str, int]:
@@ -333,8 +346,10 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
               + (f", {ms(issue_only)} counting NCCL's issue alone" if 0 < issue_only < impact else ""),
         impact_ns_per_step=impact, impact_pct_of_step=pct, severity=severity(pct),
         recommendation="Issue fewer collectives from the host: capture the step with its collectives in a CUDA "
-                       "graph, fuse each all-reduce with the residual add + RMSNorm (one call), or use a lighter "
-                       "all-reduce path (custom / symmetric-memory all-reduce) than ProcessGroupNCCL's.",
+                       "graph" + (", fuse each all-reduce with the residual add + RMSNorm that follows it (one call)"
+                                  if _norm_follows(ctx, dev) else "") +
+                       ", or use a lighter all-reduce path (custom / symmetric-memory all-reduce) than "
+                       "ProcessGroupNCCL's.",
         evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                   "host_call_ns_per_step": call, "host_nccl_issue_ns_per_step": nccl,
                   "host_slowed_after_calls_ns_per_step": slowed,

@@ -42,6 +42,7 @@ class FindingThresholds:
     graph_launched_max_fraction: float = 0.5  # above this share of kernels from CUDA graphs: graphs are in use
     fusion_gap_max_ns: int = 5_000  # launch gap before a fusable kernel counted at most (longer: host issued late)
     long_gap_min_ns: int = 1_000_000  # idle gaps this long get their host-side cause looked up
+    pass_gap_min_pct: float = 3.0  # GPU idle at the boundary between two steps (forward passes) worth reporting
     tensor_active_min_pct: float = 50.0  # Tensor Active below this while GEMM kernels run is low
     bandwidth_min_fraction: float = 0.25  # bus bandwidth below this fraction of the link peak is low
     bandwidth_min_bytes: int = 1 << 20  # only messages at least this large are bandwidth-bound

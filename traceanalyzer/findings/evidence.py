@@ -129,18 +129,25 @@ class DeviceEvidence:
         return self._gap_figures[1]
 
     @cached_property
-    def _gap_figures(self) -> tuple[tuple[int, float], tuple[int, int, dict[str, int]] | None]:
-        """``launch_idle`` and ``gaps_with_cause`` from one :func:`_device_gaps` (both rules read both; the gaps,
-        about as many as the device's kernels, are not kept)."""
+    def pass_gap(self) -> tuple[int, int]:
+        """(median per step of the GPU idle gap that touches the step window's start or end: the gap between two
+        forward passes, the number of steps with one)."""
+        return self._gap_figures[2]
+
+    @cached_property
+    def _gap_figures(self) -> tuple[tuple[int, float], tuple[int, int, dict[str, int]] | None, tuple[int, int]]:
+        """``launch_idle``, ``gaps_with_cause`` and ``pass_gap`` from one :func:`_device_gaps` (the rules read all;
+        the gaps, about as many as the device's kernels, are not kept)."""
         gaps = _device_gaps(self.trace, self._dev)
         gs, ge, window = gaps
+        pass_gap = _pass_gap(self._dev, gs, ge, window)
         length = ge - gs
         # the short gaps' lengths summed per step: the long ones weigh 0 (no copies of the short ones selected)
         length[length >= self.long_gap_min_ns] = 0
         idle = per_step_median(steps(self._dev), window, length)
         del length
         return (idle, pct_of_step(self._dev, idle) or 0.0), gaps_with_cause(self.trace, self._dev,
-                                                                             self.long_gap_min_ns, gaps)
+                                                                             self.long_gap_min_ns, gaps), pass_gap
 
     # -- collectives done on the CPU (host_rules.collectives_without_kernels) ----------------------------------
     @cached_property
@@ -162,7 +169,7 @@ class DeviceEvidence:
 
 
 FIGURES = ("chains", "following_kernels", "launch_idle", "kernels_in_steps", "graph_launched_fraction",
-           "gaps_with_cause", "host_only_calls", "tensor_active")
+           "gaps_with_cause", "pass_gap", "host_only_calls", "tensor_active")
 #: Figures a rule reads only for some devices, known once the what-if is done (``collectives_without_kernels``
 #: looks for CPU-side collective calls where the what-if found some): computed on request, not by default.
 LATE_FIGURES = ("host_only_calls",)
@@ -288,6 +295,19 @@ def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
     if graph_time:
         frac = max(frac, graph_time / max(graph_time + kernel_time, 1))
     return frac
+
+
+def _pass_gap(dev: DeviceSummary, gap_start: np.ndarray, gap_end: np.ndarray, window: np.ndarray
+              ) -> tuple[int, int]:
+    """(median per step, steps with one) of the idle gaps (cut to step windows) that touch their window's start or
+    end: the GPU idle between one step and the next."""
+    if not len(gap_start) or not len(dev.per_step):
+        return 0, 0
+    ws, we = step_windows(dev)
+    at_edge = (gap_start <= ws[window]) | (gap_end >= we[window])
+    length = np.where(at_edge, gap_end - gap_start, 0)
+    with_gap = len(np.unique(window[at_edge & (length > 0)]))
+    return per_step_median(steps(dev), window, length), with_gap
 
 
 def _pid_of(trace: Trace, dev: DeviceSummary) -> int:

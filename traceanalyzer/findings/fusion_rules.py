@@ -111,7 +111,8 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
             impact_ns_per_step=int(bound), impact_pct_of_step=pct, severity=severity(pct),
             recommendation="Enable the fused all-reduce + residual + RMSNorm (+quant) kernel (e.g. FlashInfer / "
                            "TRT-LLM allreduce_fusion, vLLM's AllReduceFusionPass, SGLang's "
-                           "--enable-flashinfer-allreduce-fusion) for this GPU and world size.",
+                           "--enable-flashinfer-allreduce-fusion) where the architecture supports it (SM90 / SM100 "
+                           "in SGLang and vLLM; a cause_* finding says so when the trace records the GPU).",
             evidence=ev,
         ))
     return worst(found)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..communication import NON_NCCL_ALLREDUCE_PATHS
 from .figures import column, durations_ns, layer_totals
 from .formatting import (
     bucket_color,
@@ -267,10 +268,11 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
     from ..analysis.collectives import with_transfer
     from ..communication import link_peak_gbps
 
-    rows, peaks = [], set()
+    rows, peaks, sized = [], set(), False
     for d in devices:
         if not len(d.collectives) or "name" not in d.collectives.columns:
             continue
+        sized = sized or bool((d.collectives["bytes"] > 0).any()) if "bytes" in d.collectives else sized
         peak = link_peak_gbps(d.name)
         df = with_transfer(d.collectives, d.rank, cross, peak)
         if peak:
@@ -293,6 +295,9 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
             "wait", "algbw", "busbw", "busbw % of link peak"]
     note = ("link peak (vendor, per GPU, one direction): " + "; ".join(sorted(peaks))) if peaks else \
         "link peak unknown for these GPUs"
+    if not sized:
+        note += ("; message sizes not recorded, so size, algbw and busbw cannot be computed (nsys profile -t cuda,nvtx "
+                 "records NCCL's NVTX payloads; torch.profiler(record_shapes=True) records record_param_comms)")
     return {"columns": cols, "rows": rows, "numeric": [False, False] + [True] * 12, "omitted": 0, "note": note}
 
 
@@ -397,7 +402,7 @@ def gpu_metric_rows(df: pd.DataFrame | None) -> dict[str, Any] | None:
             "numeric": [k == "device" for k in keys] + [True] * len(phases), "omitted": 0}
 
 
-POWER_COLUMNS = {"gpu": "GPU", "samples": "samples", "power_mean_w": "power mean (W)",
+POWER_COLUMNS = {"gpu": "GPU", "name": "model", "samples": "samples", "power_mean_w": "power mean (W)",
                  "power_max_w": "power max (W)", "power_limit_w": "limit (W)",
                  "power_mean_pct_of_limit": "mean % of limit", "sm_clock_mhz_mean": "SM clock mean (MHz)",
                  "util_pct_mean": "utilization mean (%)", "temp_c_mean": "temperature mean (°C)"}
@@ -412,7 +417,7 @@ def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
     rows = [[_cell(g.get(k), k) for k in keys] for g in gpus]
     return {"log": str(power.get("log", "")), "timezone": str(power.get("assumed_timezone", "")),
             "matched": bool(power.get("matched", True)), "reason": str(power.get("reason", "")),
-            "table": {"columns": [POWER_COLUMNS[k] for k in keys], "rows": rows, "numeric": [True] * len(keys),
+            "table": {"columns": [POWER_COLUMNS[k] for k in keys], "rows": rows, "numeric": [k != "name" for k in keys],
                       "omitted": 0}}
 
 
@@ -447,3 +452,59 @@ def _outside_steps(summary: Summary) -> list[str]:
                          f"({fmt_pct(pct_of(outside, d.busy_ns))} of busy time) lies outside the {d.steps} steps "
                          "(warm-up, profiler flush); per-step figures leave it out, window totals include it.")
     return notes
+
+
+def platform_lines(summary: Summary) -> list[str]:
+    """The platform as the trace records it, and the communication paths in use and missing (plain text; the
+    HTML escapes it)."""
+    p = summary.platform
+    if p is None:
+        return []
+    gpu = p.gpu_model or "GPU model unknown"
+    cc = f"compute capability {p.compute_capability} ({p.architecture})" if p.compute_capability else \
+        "compute capability unknown"
+    link = {"nvlink": "NVLink", "pcie": "PCIe, no NVLink", "unknown": "interconnect unknown",
+            "none": "one GPU"}.get(p.interconnect, p.interconnect)
+    why = f" — {'; '.join(p.interconnect_evidence)}" if p.interconnect_evidence else ""
+    lines = [f"Platform: {p.gpu_count} × {gpu}, {cc}, world size {p.world_size or 'unknown'}, {link}{why}"]
+    if p.comm:
+        used = []
+        for path, use in p.comm.items():
+            text = path.replace("_", " ")
+            if path == "nccl" and use.algorithms:
+                total = sum(use.algorithms.values())
+                text += " (" + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in
+                                         sorted(use.algorithms.items(), key=lambda kv: -kv[1])) + " by kernel name)"
+            used.append(f"{text}: {use.kernels} kernels")
+        missing = [m.replace("_", " ") for m in NON_NCCL_ALLREDUCE_PATHS if m not in p.comm]
+        lines.append("Communication paths: " + "; ".join(used) +
+                     (f"; none of: {', '.join(missing)}" if missing else ""))
+    if p.frameworks:
+        lines.append("Kernel families: " + ", ".join(f["name"] for f in p.frameworks))
+    unknown = [u for u in p.unknown if u["what"] != "framework version and launch settings"]
+    for u in unknown:
+        lines.append(f"Unknown: {u['what']} — {u['how_to_capture']}")
+    return lines
+
+
+def cause_rows(summary: Summary) -> list[dict[str, Any]]:
+    """The known causes that fired (``cause_*`` findings): title, what to set, the alternative, the sources."""
+    return [{"id": f.id, "title": f.title, "settings": f.evidence.get("settings", {}),
+             "alternative": f.evidence.get("alternative", ""), "sources": f.evidence.get("sources", []),
+             "explains": f.evidence.get("explains", {})}
+            for f in summary.findings if f.id.startswith("cause_")]
+
+
+def combined_line(summary: Summary) -> str | None:
+    """"Together at most X ms/step" from the findings' shared time, never their sum."""
+    c = summary.extra.get("findings_combined")
+    if not c:
+        return None
+    shared = [g for g in c["groups"] if len(g["findings"]) > 1 and g["at_most_ns_per_step"] < g["sum_of_impacts_ns"]]
+    words = {"sm_idle_in_collectives": "SM-idle-in-collectives", "gpu_idle": "GPU-idle", "norm_chain": "norm-chain",
+             "comm_beside_compute": "compute-beside-communication"}
+    note = "".join(f"; {', '.join(g['findings'])} share the same {words.get(g['time'], g['time'])} time: do not add "
+                   "them" for g in shared)
+    pct = f" ({c['pct_of_step']:.0f}% of the step)" if c.get("pct_of_step") is not None else ""
+    return (f"Together the findings save at most {fmt_ns(c['at_most_ns_per_step'])}/step{pct}, "
+            f"not the {fmt_ns(c['sum_of_impacts_ns'])} their impacts add up to{note}")

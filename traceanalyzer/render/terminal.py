@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..buckets import BUCKET_COLORS
+from ..findings.rule_ids import SLOW_RANK
 from .formatting import (
     bucket_sort_key,
     device_label,
@@ -211,11 +212,41 @@ def _findings_table(summary: Summary) -> Table:
 
 
 def _cross_rank_lines(cr: CrossRankSummary) -> list[str]:
-    waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(cr.wait_ns_by_rank.items()))
+    per_step = cr.extra.get("wait_ns_per_step_by_rank") or {}
+    if per_step:
+        waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(per_step.items(), key=lambda kv: int(kv[0])))
+        wait_line = f"wait per step (median): {waits}"
+    else:
+        waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(cr.wait_ns_by_rank.items()))
+        wait_line = f"wait over the whole window: {waits or '—'}"
     return [f"{cr.collectives_matched} collectives matched ({cr.match_method or 'n/a'}); "
-            f"transfer per step {fmt_ns(cr.transfer_ns_per_step)}; straggler: "
+            f"transfer per step {fmt_ns(cr.transfer_ns_per_step)}; waited for (straggler): "
             f"{'—' if cr.straggler_rank is None else f'rank {cr.straggler_rank}'}",
-            f"wait/skew: {waits or '—'}"]
+            wait_line]
+
+
+def _print_why(con: Console, summary: Summary) -> bool:
+    """The platform, the known causes that fired, the slow rank and the findings' combined bound: the first
+    screen's "why". True when a cause or the slow rank was printed (the combined bound with them)."""
+    from .sections import cause_rows, combined_line, platform_lines
+
+    for line in platform_lines(summary):
+        con.print(_text(line))
+    causes = cause_rows(summary)
+    slow = [f for f in summary.findings if f.id == SLOW_RANK]
+    if not causes and not slow:
+        return False
+    con.print(_text("Why (known causes, rules/causes.toml; the slow rank)"), style="bold")
+    for c in causes:
+        con.print(_text(f"  • {c['title']}"))
+        if c["alternative"]:
+            con.print(_text(f"    what can be done: {c['alternative']}"))
+    for f in slow:
+        con.print(_text(f"  • {f.title}"))
+    together = combined_line(summary)
+    if together is not None:
+        con.print(_text(together))
+    return True
 
 
 def print_summary(summary: Summary, console: Console | None = None, err_console: Console | None = None) -> None:
@@ -226,6 +257,7 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
     con.print(_text(f"traceanalyzer summary of {names}"), style="bold")
     models = sorted({d.name for d in summary.devices if d.name})
     con.print(_text(f"{len(summary.devices)} device(s): {', '.join(models) or 'GPU model unknown'}"))
+    why = _print_why(con, summary)
     for table in _device_table(con, summary):
         con.print(table)
     for line in [*_structure_lines(summary), *runs_lines(summary)]:
@@ -235,6 +267,11 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
             con.print(table)
     if summary.findings:
         con.print(_findings_table(summary))
+        from .sections import combined_line
+
+        together = combined_line(summary)
+        if together is not None and not why:
+            con.print(_text(together))
     if not any(d.comm_ns for d in summary.devices):
         con.print(_text("No communication kernels or peer copies: exposed communication, cross-rank wait and the "
                         "what-if do not apply."))

@@ -210,11 +210,13 @@ def _gpu_metrics(w: _Writer, rows: Sequence[Row]) -> None:
             [(r[0], r[0], type_base | r[1], names.index(r[2]), r[3]) for r in rows])
 
 
-def _target_info(w: _Writer, devices: Sequence[int], pids: Sequence[int], gpu_name: str) -> None:
+def _target_info(w: _Writer, devices: Sequence[int], pids: Sequence[int], gpu_name: str,
+                 compute_capability: tuple[int, int] = (9, 0), sm_count: int = 132) -> None:
+    major, minor = compute_capability
     _simple(w, "TARGET_INFO_GPU", "vmId, id, name, totalMemory, smCount, cuDevice, computeMajor, computeMinor",
-            [(VM_BITS, d, gpu_name, 150109880320, 132, d, 9, 0) for d in devices])
+            [(VM_BITS, d, gpu_name, 150109880320, sm_count, d, major, minor) for d in devices])
     _simple(w, "TARGET_INFO_CUDA_DEVICE", "gpuId, cudaId, pid, numMultiprocessors",
-            [(d, d, p, 132) for d in devices for p in pids])
+            [(d, d, p, sm_count) for d in devices for p in pids])
 
 
 def _meta(w: _Writer, meta_table: str | None, tool_version: str, schema_version: str, graph_trace_mode: str | None,
@@ -241,10 +243,12 @@ def write_nsys_export(path: str | Path, kernels: Sequence[Row] = (), *, nvtx: Se
                       meta_table: str | None = "META_DATA_EXPORT", tool_version: str = "2026.2.1.210",
                       schema_version: str = "3.25.0", graph_trace_mode: str | None = "Graph",
                       session_start_utc_ns: int | None = 1_796_045_593_920_696_427,
-                      mpi_ranks: dict[int, int] | None = None) -> Path:
+                      mpi_ranks: dict[int, int] | None = None, compute_capability: tuple[int, int] = (9, 0),
+                      sm_count: int = 132) -> Path:
     """Write an export holding the given rows; tables without rows are not created (nsys creates them lazily),
     except the kernel table unless ``kernel_table=False``. ``meta_table`` may be ``META_DATA_EXPORT`` (2023.3+),
-    ``EXPORT_META_DATA`` (2022.1–2023.2) or None (2021 era). Returns the path."""
+    ``EXPORT_META_DATA`` (2022.1–2023.2) or None (2021 era). ``compute_capability`` and ``sm_count`` describe
+    every GPU in TARGET_INFO_GPU. Returns the path."""
     path = Path(path)
     path.unlink(missing_ok=True)
     conn = sqlite3.connect(path)
@@ -264,7 +268,7 @@ def write_nsys_export(path: str | Path, kernels: Sequence[Row] = (), *, nvtx: Se
         _simple(w, "PROCESSES", "globalPid, pid, name", [(global_pid(p), p, "python3") for p in pids])
         if target_info_gpu:
             devices = sorted({r[2] for r in (*kernels, *memcpy, *memset, *graph_launches)} or {0})
-            _target_info(w, devices, pids, gpu_name)
+            _target_info(w, devices, pids, gpu_name, compute_capability, sm_count)
         if mpi_ranks:
             _simple(w, "MPI_RANKS", "globalTid, rank", [(global_tid(p), r) for p, r in mpi_ranks.items()])
         _meta(w, meta_table, tool_version, schema_version, graph_trace_mode, session_start_utc_ns)
