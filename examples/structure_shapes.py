@@ -105,6 +105,7 @@ class Decoder:
         self.fused_norm = True  # False: the add+RMSNorm as eager ops (what torch.compile sees and fuses)
         self.experts = 0
         self.topk = 2
+        self.nvtx = False  # True: an NVTX range `decode` per pass and `layer_<i>` per layer (examples/impact_ab.py)
 
     def use_moe(self, experts: int, expert_ffn: int, topk: int, device: torch.device) -> None:
         """Replace each SwiGLU MLP by a router (top-``topk`` of ``experts``) and a per-expert Python loop.
@@ -169,7 +170,11 @@ class Decoder:
         tokens = x.shape[0]
         if n_decode is None:
             n_decode = tokens if tokens == self.k[0].shape[0] else 0
+        if self.nvtx:
+            torch.cuda.nvtx.range_push("decode")
         for i, p in enumerate(self.layers):
+            if self.nvtx:
+                torch.cuda.nvtx.range_push(f"layer_{i}")
             q, k, v = (x @ p["qkv"]).view(tokens, 3, self.heads, self.head_dim).unbind(1)
             a = self._attend(q, k, v, i, n_decode)
             o = a.reshape(tokens, -1) @ p["o"]
@@ -182,6 +187,10 @@ class Decoder:
                 m = (F.silu(gate) * up) @ p["down"]
             self._reduce(m)
             x = self._norm(m, residual, p["n2"])
+            if self.nvtx:
+                torch.cuda.nvtx.range_pop()
+        if self.nvtx:
+            torch.cuda.nvtx.range_pop()
         return x
 
 
