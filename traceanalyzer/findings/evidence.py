@@ -278,7 +278,10 @@ def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
     if len(a):
         launches = _names_matching(trace, a["name_id"], GRAPH_LAUNCH)
         if launches.any():
-            graph_corr = np.unique(a["correlation"][launches & (a["pid"] == _pid_of(trace, dev))])
+            mine = a["pid"] == _pid_of(trace, dev)
+            if not mine.any():  # Kineto: a kernel's pid is its device, a call's the process (one per file)
+                mine = np.ones(len(a), dtype=bool)
+            graph_corr = np.unique(a["correlation"][launches & mine])
             from_graph |= np.isin(k["correlation"][mask], graph_corr)
     g = trace.graph_launches
     graph_time = 0 if not len(g) else int((g["end_ns"] - g["start_ns"])[g["device"] == dev.device].sum())
