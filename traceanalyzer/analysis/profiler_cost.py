@@ -40,9 +40,13 @@ def ns_per_event(trace: Trace) -> tuple[int, int, int]:
 
 def host_events_per_step(trace: Trace, dev: DeviceSummary) -> int:
     """Median per step of the host events the profiler recorded on the device's rank (0 without steps)."""
-    _, counts = dev.host_events if dev.host_events is not None else \
-        host_event_counts(trace, dev.rank, dev.per_step)
-    counts = np.asarray(counts)
+    if dev.host_events is not None:
+        counts = np.asarray(dev.host_events[1])
+    else:
+        try:
+            counts = host_event_counts(trace, dev.rank, dev.per_step)[1]
+        except ValueError:  # the rank's call starts were let go after its analysis: nothing to count
+            return 0
     counts = counts[counts > 0] if (counts > 0).any() else counts  # a step cut by the capture's end counts none
     return int(np.median(counts)) if len(counts) else 0
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.frames import array_of
-from ..analysis.profiler_cost import host_events_per_step, profiler_host_ns
 from ..analysis.results import DeviceSummary, Finding, Summary
 from .context import (
     FindingContext,
@@ -43,7 +42,7 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
                 or kernels_per_step < t.host_bound_min_kernels_per_step
                 or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
             continue
-        prof_low, prof_point, prof_high = profiler_host_ns(ev.trace, dev)
+        (prof_low, prof_point, prof_high), prof_events = ev.profiler_host
         saving = max(idle_per_step - prof_point, 0)
         low, high = max(idle_per_step - prof_high, 0), max(idle_per_step - prof_low, 0)
         if not ctx.worth_reporting(dev, saving):
@@ -66,7 +65,7 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
                           "point": "launch idle per step − the profiler's host events × their median measured cost",
                           "low": "− their largest measured cost", "high": "− their smallest measured cost"}),
                       "profiled_launch_idle_ns": int(idle_per_step), "profiler_host_ns_per_step": prof_point,
-                      "profiler_events_per_step": host_events_per_step(ev.trace, dev)},
+                      "profiler_events_per_step": prof_events},
         ))
     return worst(found)
 
