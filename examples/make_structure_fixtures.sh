@@ -20,7 +20,7 @@ SHAPES=("decode:--shape decode $BIG --passes 12"
         "decode_sampled_nogap:--shape decode $BIG --passes 12 --sample --no-sync --gap-ms 0"
         "serve:--shape serve $BIG --passes 6 --prefill-tokens 8192"
         "train:--shape train --batch 1024 --layers 6 --passes 6"
-        # issue 25's shapes (2026-12-02); each also writes truth.json beside its Kineto trace
+        # issue 25's shapes (2026-12-02); each also writes rank0.truth.json beside its Kineto trace
         "cbatch:--shape cbatch --passes 24 --gap-ms 1 --chunk 256"
         "compile:--shape compile --sample --passes 12 --gap-ms 3"
         "hf_generate:--shape hf_generate --layers 4 --hidden 1024 --heads 16 --ffn 2816 --batch 2 --prompt-len 64 --passes 6 --with-stack"
@@ -40,7 +40,7 @@ for entry in "${SHAPES[@]}"; do
   mkdir -p "$DEST/kineto/structure/$name"
   echo "== $name (Kineto)"
   timeout 200 $PY examples/structure_shapes.py $opts ${KINETO_EXTRA[$name]:-} \
-    --kineto "$DEST/kineto/structure/$name/rank0.json.gz" --facts "$DEST/kineto/structure/$name/truth.json"
+    --kineto "$DEST/kineto/structure/$name/rank0.json.gz" --facts "$DEST/kineto/structure/$name/rank0.truth.json"
   echo "== $name (nsys)"
   timeout 200 "$NSYS" profile -s none --cpuctxsw=none -t cuda,nvtx ${NSYS_EXTRA[$name]:-} -c cudaProfilerApi \
     --force-overwrite true -o "$TMP/$name" $PY examples/structure_shapes.py $opts --cuda-profiler-range \
