@@ -291,5 +291,6 @@ def test_dependency_latency_of_the_communication_kernels_alone(rows: list[tuple[
     act = SimpleNamespace(kernels=kernels, kernel_is_comm=np.array([r[2] for r in rows]),
                           busy=iv.union(kernels["start_ns"], kernels["end_ns"]))
     launch_bound = np.array([r[3] for r in rows])
-    got = _dependency_latency(act, SimpleNamespace(launch_bound=launch_bound))  # type: ignore[arg-type]
-    assert got.tolist() == _plain_latency(act, launch_bound).tolist()
+    got, host_gap = _dependency_latency(act, SimpleNamespace(launch_bound=launch_bound))  # type: ignore[arg-type]
+    assert got.tolist() == _plain_latency(act, launch_bound).tolist()  # no step, no gap over DEPENDENCY_MAX_NS
+    assert not host_gap.any()

@@ -56,6 +56,9 @@ NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 #: One rank's what-if inputs: per step its own communication cost and parts (ns), and its evidence.
 RankCosts = tuple[pd.DataFrame, dict[str, Any]]
+#: Idle time around a collective longer than this is no stream-dependency or graph-node latency (those are µs:
+#: ~2.3 µs measured before NCCL kernels of the H200 CUDA-graph decodes) but the host's work, e.g. between passes
+DEPENDENCY_MAX_NS = 50_000
 ISSUE_OUTLIER = 4  # an issuing call counts at most this many times the median call of its kind on the rank
 Columns = dict[str, np.ndarray]  # a table as named numpy columns of one length
 
@@ -115,37 +118,53 @@ def _codes(table: Table, columns: tuple[str, ...], rows: np.ndarray) -> np.ndarr
     return code
 
 
-def _dependency_latency(act: DeviceActivity, host: HostEvidence) -> np.ndarray:
+def _dependency_latency(act: DeviceActivity, host: HostEvidence, steps: pd.DataFrame | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel (ns, communication kernels only): idle time around it beyond the device's usual gap between
     kernels — the stream dependency / graph-node latency of a collective on a busy GPU (measured on the H200
-    CUDA-graph decodes: ~2.3 µs before an NCCL kernel against ~0.4 µs between other kernels). Gaps before a
+    CUDA-graph decodes: ~2.3 µs before an NCCL kernel against ~0.4 µs between other kernels) — and the idle time
+    around it that is *not* that latency: a gap that crosses a step boundary (the gap between passes) or lasts
+    longer than ``DEPENDENCY_MAX_NS`` (the host's work: no stream dependency keeps an idle GPU waiting that long),
+    reported as its own component (``step_gap_after_comm_ns``), never as communication. Gaps before a
     launch-bound kernel are time waiting for the host and count there instead."""
     k = act.kernels
     out = np.zeros(len(k), dtype=np.int64)
+    gap_out = np.zeros(len(k), dtype=np.int64)
     b_start, b_end = act.busy
     if len(b_start) < 2 or not act.kernel_is_comm.any():
-        return out
+        return out, gap_out
     start, end = k["start_ns"], k["end_ns"]
     pos = np.searchsorted(b_start, start, side="right") - 1  # busy interval holding each kernel
     opens = (pos >= 1) & (b_start[np.maximum(pos, 0)] == start)
     # the usual gap: before the kernels opening a busy interval, neither communication nor waiting for the host
     usual_rows = np.flatnonzero(opens & ~act.kernel_is_comm & ~host.launch_bound)
     if len(usual_rows) == 0:
-        return out
+        return out, gap_out
     usual = int(np.median(start[usual_rows] - b_end[pos[usual_rows] - 1]))
     del usual_rows
     comm = np.flatnonzero(act.kernel_is_comm)  # the rest only for the communication kernels
     c_pos, c_opens, c_start, c_end = pos[comm], opens[comm], start[comm], end[comm]
     del pos, opens
-    before = np.where(c_opens, c_start - b_end[np.maximum(c_pos - 1, 0)], 0)
+    prev_end = b_end[np.maximum(c_pos - 1, 0)]
+    before = np.where(c_opens, c_start - prev_end, 0)
     closes = (c_pos >= 0) & (c_pos + 1 < len(b_start)) & (b_end[np.clip(c_pos, 0, len(b_end) - 1)] == c_end)
     nxt_start = b_start[np.clip(c_pos + 1, 0, len(b_start) - 1)]
     nxt = np.minimum(np.searchsorted(start, nxt_start, side="left"), len(k) - 1)
     after = np.where(closes & ~host.launch_bound[nxt], nxt_start - c_end, 0)
-    lat = np.where(c_opens & ~host.launch_bound[comm], np.maximum(before - usual, 0), 0) + \
-        np.maximum(after - usual, 0)
+    before = np.where(c_opens & ~host.launch_bound[comm], before, 0)
+    # not a dependency: a gap holding a step boundary, or longer than any stream / graph-node latency
+    bounds = np.sort(np.concatenate([array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)])) \
+        if steps is not None and len(steps) else np.zeros(0, dtype=np.int64)
+
+    def host_gap(lo: np.ndarray, hi: np.ndarray, gap: np.ndarray) -> np.ndarray:
+        crosses = np.searchsorted(bounds, lo, side="left") < np.searchsorted(bounds, hi, side="right")
+        return (gap > 0) & (crosses | (gap > DEPENDENCY_MAX_NS))
+
+    gap_before, gap_after = host_gap(prev_end, c_start, before), host_gap(c_end, nxt_start, after)
+    lat = np.where(gap_before, 0, np.maximum(before - usual, 0)) + np.where(gap_after, 0, np.maximum(after - usual, 0))
     out[comm] = lat
-    return out
+    gap_out[comm] = np.where(gap_before, before, 0) + np.where(gap_after, after, 0)
+    return out, gap_out
 
 
 def cross_rank_columns(cross_rank: CrossRankSummary | None, rank: int) -> Columns | None:
@@ -194,6 +213,7 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
     def of_comm(values: np.ndarray, missing: Any) -> np.ndarray:  # values per communication kernel (host_evidence)
         return np.where(has_ev, values[np.maximum(ev, 0)], missing) if len(values) else np.full(len(ev), missing)
 
+    latency, step_gap = _dependency_latency(act, host, dev.per_step)
     # transfer and wait: from the cross-rank match, else from this rank alone (computed only when needed)
     hit = np.zeros(len(start), dtype=bool)
     transfer = wait = np.zeros(len(start), dtype=np.int64)
@@ -212,7 +232,7 @@ def _instances(dev: DeviceSummary, act: DeviceActivity, host: HostEvidence,
         "start_ns": start,
         "step": array_of(coll, "step", np.int64), "exposed_ns": array_of(coll, "exposed_ns", np.int64),
         "launch_bound": of_kernel(host.launch_bound, False).astype(bool),
-        "latency_ns": of_kernel(_dependency_latency(act, host), 0).astype(np.int64),
+        "latency_ns": of_kernel(latency, 0).astype(np.int64), "step_gap_ns": of_kernel(step_gap, 0).astype(np.int64),
         "issue_start_ns": of_comm(host.issue_start_ns, -1).astype(np.int64),
         "issue_end_ns": of_comm(host.issue_end_ns, -1).astype(np.int64),
         "op": of_comm(host.issue_op, -1).astype(np.int64),
@@ -234,7 +254,7 @@ def _host_only_rows(calls: pd.DataFrame, first_id: int) -> Columns:
     zero = np.zeros(n, dtype=np.int64)
     return {
         "start_ns": array_of(calls, "start_ns", np.int64), "step": array_of(calls, "step", np.int64),
-        "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero,
+        "exposed_ns": zero, "launch_bound": np.zeros(n, dtype=bool), "latency_ns": zero, "step_gap_ns": zero,
         "issue_start_ns": end - array_of(calls, "issue_ns", np.int64), "issue_end_ns": end, "op": ids,
         "source": np.full(n, "cpu_op", dtype=object), "call_start_ns": array_of(calls, "start_ns", np.int64),
         "call_end_ns": end, "call_op": ids, "kind": calls["kind"].astype(str).to_numpy(), "transfer_ns": zero,
@@ -316,6 +336,7 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
         "gpu_ns": np.minimum(exposed, transfer) + latency, "latency_ns": latency, "exposed_ns": exposed,
         "wait_ns": column("wait_ns"), "transfer_ns": transfer,
         "launch_bound": column("launch_bound"), "collectives": np.ones(len(op), dtype=np.int64),
+        "step_gap_ns": column("step_gap_ns"),
     }
     keep = np.flatnonzero(step >= 0)
     # per (step, segment), in that order
@@ -336,6 +357,7 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
         "exposed_ns": seg_sum["exposed_ns"], "wait_ns": seg_sum["wait_ns"], "transfer_ns": seg_sum["transfer_ns"],
         "host_issue_ns": seg_sum["issue_ns"], "slowed_ns": seg_sum["slowed_ns"], "gpu_reading_ns": gpu,
         "launch_bound": seg_sum["launch_bound"], "collectives": seg_sum["collectives"],
+        "step_gap_ns": seg_sum["step_gap_ns"],
     }
     # segments are in step order: each step's segments are one run
     step_first = np.flatnonzero(np.concatenate(([True], seg_step[1:] != seg_step[:-1]))) if len(seg_step) else first[:0]
@@ -424,7 +446,8 @@ def _mode(values: np.ndarray) -> str:
 
 _DETAIL_COLUMNS = ("own_ns", "exposed_ns", "wait_ns", "host_issue_ns", "host_part_ns", "nccl_issue_ns",
                    "issue_only_own_ns", "slowed_ns", "gpu_part_ns", "contention_ns", "latency_ns", "as_profiled_ns",
-                   "gpu_reading_ns", "profiler_ns", "idle_ns", "gpu_weight", "collectives", "launch_bound")
+                   "gpu_reading_ns", "profiler_ns", "idle_ns", "gpu_weight", "collectives", "launch_bound",
+                   "step_gap_ns")
 
 
 def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
@@ -440,7 +463,7 @@ def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, An
         "host_nccl_issue_ns": int(med["nccl_issue_ns"]), "issue_only_own_ns": int(med["issue_only_own_ns"]),
         "host_slowed_after_calls_ns": int(med["slowed_ns"]),
         "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
-        "dependency_latency_ns": int(med["latency_ns"]),
+        "dependency_latency_ns": int(med["latency_ns"]), "step_gap_after_comm_ns": int(med["step_gap_ns"]),
         "as_profiled_ns": int(med["as_profiled_ns"]), "gpu_reading_ns": int(med["gpu_reading_ns"]),
         "profiler_ns": int(med["profiler_ns"]), "idle_ns": int(med["idle_ns"]),
         "gpu_weight": round(float(med["gpu_weight"]), 2),

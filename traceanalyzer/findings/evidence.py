@@ -21,6 +21,7 @@ from ..analysis.gpu_metrics import metric_mask, phase_labels
 from ..analysis.grouped import distinct
 from ..analysis.host_issue import host_only_in_steps
 from ..analysis.intervals import clip_to_windows, gaps, union
+from ..analysis.profiler_cost import host_events_per_step, profiler_host_ns
 from ..analysis.results import DeviceSummary
 from ..api_names import GRAPH_LAUNCH, HOST_BLOCKING
 from ..buckets import GEMM_BUCKETS
@@ -122,6 +123,12 @@ class DeviceEvidence:
         """:func:`graph_launched_fraction` of the device."""
         return graph_launched_fraction(self.trace, self._dev)
 
+    @cached_property
+    def profiler_host(self) -> tuple[tuple[int, int, int], int]:
+        """((low, point, high) host ns per step the profiler added, its recorded host events per step):
+        :func:`~traceanalyzer.analysis.profiler_cost.profiler_host_ns`."""
+        return profiler_host_ns(self.trace, self._dev), host_events_per_step(self.trace, self._dev)
+
     # -- host stalls (host_rules.idle_gaps_host_cause) ----------------------------------------------------------
     @cached_property
     def gaps_with_cause(self) -> tuple[int, int, dict[str, int]] | None:
@@ -169,7 +176,7 @@ class DeviceEvidence:
 
 
 FIGURES = ("chains", "following_kernels", "launch_idle", "kernels_in_steps", "graph_launched_fraction",
-           "gaps_with_cause", "pass_gap", "host_only_calls", "tensor_active")
+           "profiler_host", "gaps_with_cause", "pass_gap", "host_only_calls", "tensor_active")
 #: Figures a rule reads only for some devices, known once the what-if is done (``collectives_without_kernels``
 #: looks for CPU-side collective calls where the what-if found some): computed on request, not by default.
 LATE_FIGURES = ("host_only_calls",)
@@ -286,7 +293,10 @@ def graph_launched_fraction(trace: Trace, dev: DeviceSummary) -> float:
     if len(a):
         launches = _names_matching(trace, a["name_id"], GRAPH_LAUNCH)
         if launches.any():
-            graph_corr = np.unique(a["correlation"][launches & (a["pid"] == _pid_of(trace, dev))])
+            mine = a["pid"] == _pid_of(trace, dev)
+            if not mine.any():  # Kineto: a kernel's pid is its device, a call's the process (one per file)
+                mine = np.ones(len(a), dtype=bool)
+            graph_corr = np.unique(a["correlation"][launches & mine])
             from_graph |= np.isin(k["correlation"][mask], graph_corr)
     g = trace.graph_launches
     graph_time = 0 if not len(g) else int((g["end_ns"] - g["start_ns"])[g["device"] == dev.device].sum())

@@ -23,8 +23,11 @@ from .evidence import gaps_with_cause, graph_launched_fraction
 def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
     """GPU idle between short kernels while the host launches them one by one (no CUDA graphs).
 
-    Impact: the median per step of the GPU idle time in gaps shorter than ``long_gap_min_ns`` (launch gaps; longer
-    gaps are host stalls, see idle_gaps_host_cause) — an upper bound of what CUDA graphs recover."""
+    Impact: what CUDA graphs would save unprofiled — the median per step of the GPU idle time in gaps shorter than
+    ``long_gap_min_ns`` (launch gaps; longer gaps are host stalls, see idle_gaps_host_cause) less the host time
+    the profiler itself added per step (its recorded host events × their measured cost, ``profiler_cost``): the
+    profiled host is slower than the unprofiled one, and only the unprofiled launch gaps are removed. The range
+    takes the largest and smallest measured per-event costs (docs/METHOD_IMPACTS.md)."""
     t = ctx.thresholds
     found = []
     for dev in ctx.summary.devices:
@@ -40,27 +43,49 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
                 or kernels_per_step < t.host_bound_min_kernels_per_step
                 or graphs > t.graph_launched_max_fraction or not ctx.worth_reporting(dev, idle_per_step)):
             continue
+        (prof_low, prof_point, prof_high), prof_events = ev.profiler_host
+        saving = max(idle_per_step - prof_point, 0)
+        low, high = max(idle_per_step - prof_high, 0), max(idle_per_step - prof_low, 0)
+        if not ctx.worth_reporting(dev, saving):
+            continue
         found.append(Finding(
             id=ids.HOST_BOUND_NO_CUDA_GRAPHS,
             title=f"GPU is host-bound on rank {dev.rank}: idle {ms(idle_per_step)} ({idle_pct:.0f}%) of each step in "
                   f"launch gaps between {kernels_per_step} short kernels (median {ms(median_kernel)}) launched one "
-                  "by one without CUDA graphs",
-            impact_ns_per_step=int(idle_per_step), impact_pct_of_step=idle_pct, severity=severity(idle_pct),
+                  f"by one without CUDA graphs; unprofiled, graphs would save about {ms(saving)}/step "
+                  f"({ms(low)}–{ms(high)})",
+            impact_ns_per_step=int(saving), impact_pct_of_step=ctx.pct_of_step(dev, saving),
+            severity=severity(idle_pct),
             recommendation="Capture the step in CUDA graphs (torch.cuda.graphs / torch.compile mode="
                            "'reduce-overhead', vLLM/SGLang cuda graph capture), fuse small kernels, cut Python "
                            "overhead on the launch path.",
             evidence={"rank": dev.rank, "device": dev.device, "idle_pct_of_step": round(idle_pct, 1),
                       "kernels_per_step": kernels_per_step, "median_kernel_ns": median_kernel,
-                      "graph_launched_fraction": round(graphs, 3), "steps": ctx.steps(dev)},
+                      "graph_launched_fraction": round(graphs, 3), "steps": ctx.steps(dev),
+                      **prediction(saving, low, high, {
+                          "point": "launch idle per step − the profiler's host events × their median measured cost",
+                          "low": "− their largest measured cost", "high": "− their smallest measured cost"}),
+                      "profiled_launch_idle_ns": int(idle_per_step), "profiler_host_ns_per_step": prof_point,
+                      "profiler_events_per_step": prof_events},
         ))
     return worst(found)
+
+
+def prediction(saving: int, low: int, high: int, basis: dict[str, str]) -> dict[str, object]:
+    """The evidence keys of a predicted unprofiled step-time change: a saving of ``saving`` ns (a negative
+    change), its range and the reading behind each end, and a confidence (high when the range's high end is at most
+    1.5 × its low end, medium at most 3 ×, else low)."""
+    ratio = high / low if low > 0 else float("inf")
+    return {"predicted_change_ns": -int(saving), "range_ns": [int(low), int(high)], "range_basis": basis,
+            "confidence": "high" if ratio <= 1.5 else "medium" if ratio <= 3 else "low"}
 
 
 def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
     """Long GPU idle gaps inside steps during which the host was blocked in a synchronization / blocking call.
 
     Impact: the gap time inside step windows, summed over the steps and divided by their number (mean per step:
-    a host sync may hit only some steps)."""
+    a host sync may hit only some steps) — an upper bound. Predicted unprofiled change (``predicted_change_ns``):
+    the smaller of that and the step's GPU busy time, what moving the host's work beside the GPU's can save."""
     found = []
     min_gap = ctx.thresholds.long_gap_min_ns
     for dev in ctx.summary.devices:
@@ -69,7 +94,10 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
         if result is None:
             continue
         total, count, causes = result
-        per_step = total // ctx.steps(dev)
+        per_step = gap = total // ctx.steps(dev)
+        # predicted: the host's work moved off the GPU's path runs beside the step's GPU work, saving at most that
+        busy = _busy_per_step(dev)
+        saving = min(gap, busy) if busy else gap
         if not ctx.worth_reporting(dev, per_step):
             continue
         pct = ctx.pct_of_step(dev, per_step)
@@ -83,9 +111,23 @@ def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
             recommendation="Remove host synchronizations from the step (.item(), .cpu(), blocking copies, "
                            "allocator calls); use pinned memory and non_blocking copies.",
             evidence={"rank": dev.rank, "device": dev.device, "gaps": count, "gap_ns_total": total,
-                      "steps": ctx.steps(dev), "host_calls": causes},
+                      "steps": ctx.steps(dev), "host_calls": causes, "gap_ns_per_step": int(gap),
+                      "gpu_busy_ns_per_step": int(busy),
+                      **prediction(saving, int(saving * 0.8), gap, {
+                          "point": "min(the gaps per step, the step's GPU busy time): the host's work overlapped "
+                                   "with the GPU's instead of after it",
+                          "low": "80 % of it: the host's work may not all move",
+                          "high": "the whole gap per step"})},
         ))
     return worst(found)
+
+
+def _busy_per_step(dev: DeviceSummary) -> int:
+    """Median GPU busy time per step (duration − idle), 0 without those columns."""
+    per = dev.per_step
+    if not len(per) or not {"duration_ns", "idle_ns"} <= set(per.columns):
+        return 0
+    return int(np.median(array_of(per, "duration_ns") - array_of(per, "idle_ns")))
 
 
 def wants_host_only_calls(dev: DeviceSummary, summary: Summary) -> bool:
