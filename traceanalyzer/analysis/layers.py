@@ -298,6 +298,36 @@ def _per_layer_numbers(act: DeviceActivity, table: pd.DataFrame, row: np.ndarray
     return pd.DataFrame(out, columns=LAYER_COLUMNS)
 
 
+_INDUCTOR_INDEX = re.compile(r"^(triton_[a-z]+_fused_\w*?)_\d+$")
+
+
+def kernel_roles(act: DeviceActivity) -> np.ndarray:
+    """A role id per kernel: its name id, except that Inductor's generated Triton kernels, which are named by their
+    fused ops plus a running index (``triton_red_fused_add_mean_mul_pow_rsqrt_3``), share one role per op
+    pattern: torch.compile gives each layer's copy of the same fusion its own index."""
+    ids = np.asarray(act.kernels["name_id"]).astype(np.int64)
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    texts = [str(t) for t in act.trace.names(distinct)] if len(distinct) else []
+    roles = [_INDUCTOR_INDEX.sub(r"\1", t) for t in texts]
+    if roles == texts:
+        return ids
+    _, role_of = np.unique(np.array(roles, dtype=object), return_inverse=True)
+    return (role_of.ravel()[inverse.ravel()]).astype(np.int64)
+
+
+def _edge_layers(names: np.ndarray, start: int, repeats: int, period: int) -> tuple[int, int]:
+    """The repeated stretch widened by the block just before and just after it when that block has the unit's kernels
+    at ≥ ``SAME_PART`` of positions: the first and last layers differ where a compiler fuses across the layer
+    boundary (the embedding into layer 0's norm, the last layer's add into the final norm); they still tile the pass."""
+    unit = names[start:start + period]
+    if start >= period and np.mean(names[start - period:start] == unit) >= SAME_PART:
+        start, repeats = start - period, repeats + 1
+    stop = start + repeats * period
+    if stop + period <= len(names) and np.mean(names[stop:stop + period] == unit) >= SAME_PART:
+        repeats += 1
+    return start, repeats
+
+
 def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     """Layers as repeats of one block of kernels inside each step (identical layers without collectives or
     names): the period comes from the step with the median kernel count, and every step is cut into the blocks
@@ -314,7 +344,7 @@ def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.Da
     if not (sizes > 0).any():
         return None
     typical = int(np.argsort(sizes)[len(sizes) // 2])
-    names = k["name_id"].astype(np.int64)
+    names = kernel_roles(act)
     period = repeat_unit(names[rows[bounds[typical]:bounds[typical + 1]]])
     if period is None:
         return None
@@ -329,6 +359,7 @@ def _from_kernel_period(act: DeviceActivity, steps: pd.DataFrame) -> tuple[pd.Da
         start, repeats = longest_repeat(names[seq], period)
         if repeats < MIN_LAYER_REPEATS:
             continue
+        start, repeats = _edge_layers(names[seq], start, repeats, period)
         for j in range(repeats):
             block = seq[start + j * period:start + (j + 1) * period]
             row[block] = len(layer_num)

@@ -22,10 +22,17 @@ with no two passes holds one when it has a layer block between once-per-pass wor
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
+#: Kernel families that are once-per-pass work by definition (docs/STRUCTURE.md): greedy sampling and samplers, the
+#: token embedding (not the rotary one), the loss and the optimizer step. Top-k and index-select are left out: MoE
+#: routers run them in every layer.
+PASS_WORK = re.compile(r"argmax|arg_max|ArgMaxOps|sampling|sampler|(?<!rotary_)embedding(?!_rotary)|nll_loss"
+                       r"|cross_entropy|crossentropy|log_softmax|multi_tensor_apply|adam|lamb_|sgd_|lm_head",
+                       re.IGNORECASE)
 MIN_UNIT_NAMES = 3  # distinct names in a layer unit
 MIN_UNIT_REPEATS = 3  # a layer unit repeated back to back this many times
 MAX_UNIT = 4096  # longest layer unit tried (kernels)
@@ -55,6 +62,7 @@ class Passes:
     markers: int  # distinct marker names
     count: int  # occurrences of each marker (the number of passes the markers mark)
     coverage: float  # kernels in complete passes / all kernels
+    named: bool = False  # a marker is once-per-pass work by its kernel family (sampling, embedding, loss, optimizer)
 
     @property
     def passes(self) -> int:
@@ -227,13 +235,16 @@ def _edges(first: np.ndarray, last: np.ndarray, inner: np.ndarray, n: int) -> np
 
 
 def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: np.ndarray, count: int,
-               blocks: list[tuple[int, int, int]]) -> Passes | None:
+               blocks: list[tuple[int, int, int]], named: bool = False) -> Passes | None:
     groups = _marker_groups(names, markers, count)
     if groups is None:
         return None
     first, last = groups
     n = len(names)
-    if _recur_within_a_unit(first) or _tiles_a_repeat(blocks, cover, first, n) or _splits_layers(blocks, first, n):
+    # a uniform repetition of the markers' unit is layers, unless a marker is once-per-pass work by its family
+    # (whole passes repeat exactly too; their layers may not, as when Inductor names each layer's kernels apart)
+    uniform = not named and _tiles_a_repeat(blocks, cover, first, n)
+    if _recur_within_a_unit(first) or uniform or _splits_layers(blocks, first, n):
         return None
     # where a pass ends between two marker groups: at the host's idle gap, else before the next pass's first
     # marker or after this pass's last; the placement that closes the most passes wins (the idle gap on ties)
@@ -245,7 +256,7 @@ def _candidate(names: np.ndarray, gap: np.ndarray, cover: np.ndarray, markers: n
     if not _hold_layers(cover, cuts, count):
         return None
     coverage = float(cuts[-1] - cuts[0]) / n
-    return Passes(cuts, len(markers), count, coverage) if coverage >= MIN_COVERAGE else None
+    return Passes(cuts, len(markers), count, coverage, named) if coverage >= MIN_COVERAGE else None
 
 
 def _hold_layers(cover: np.ndarray, cuts: np.ndarray, count: int, strict: bool = False) -> bool:
@@ -257,9 +268,10 @@ def _hold_layers(cover: np.ndarray, cuts: np.ndarray, count: int, strict: bool =
     return bool((inside >= PASS_LAYER_SHARE).all())
 
 
-def find_passes(names: np.ndarray, gap: np.ndarray) -> Passes | None:
+def find_passes(names: np.ndarray, gap: np.ndarray, pass_work: np.ndarray | None = None) -> Passes | None:
     """The passes of a kernel-name sequence in issue order (``gap``: GPU-idle time before each kernel), or None
-    when the sequence holds fewer than two passes by the definitions of the module doc."""
+    when the sequence holds fewer than two passes by the definitions of the module doc. ``pass_work``: the name
+    ids whose kernel family is once-per-pass work (:data:`PASS_WORK`)."""
     n = len(names)
     if n < 2 * MIN_PASS_KERNELS:
         return None
@@ -276,27 +288,30 @@ def find_passes(names: np.ndarray, gap: np.ndarray) -> Passes | None:
         markers = ids[(counts == count) & (outside >= OUTSIDE_LAYERS)]
         if len(markers) == 0:
             continue
-        if found and count < found[0].count / SAME_LEVEL:
-            break  # below the finest level found: coarser units (requests, whole captures) are not steps
-        candidate = _candidate(names, gap, cover, markers, count, blocks)
+        named = pass_work is not None and bool(np.isin(markers, pass_work).any())
+        candidate = _candidate(names, gap, cover, markers, count, blocks, named)
         if candidate is not None and candidate.passes >= 2:
             found.append(candidate)
     return _finest(found)
 
 
 def _finest(found: list[Passes]) -> Passes | None:
-    """Of the valid candidates (tried from the highest marker count down), the finest level: a step holds every
-    layer once, so a unit that holds several passes (a request of many decode steps) is no step; within a level
-    (counts within ``SAME_LEVEL``: partial passes at the ends), the most markers."""
+    """Of the valid candidates, those whose markers include once-per-pass work by its kernel family when any do
+    (a layer with an inner loop of experts looks like a pass with layers otherwise); of those the finest level: a
+    step holds every layer once, so a unit that holds several passes (a request of many decode steps) is no step;
+    within a level (counts within ``SAME_LEVEL``: partial passes at the ends), the most markers."""
     if not found:
         return None
-    return max(found, key=lambda c: (c.markers, c.coverage))
+    found = [c for c in found if c.named] or found
+    top = max(c.count for c in found)
+    level = [c for c in found if c.count * SAME_LEVEL >= top]
+    return max(level, key=lambda c: (c.markers, c.coverage))
 
 
-def passes_within(names: np.ndarray, gap: np.ndarray) -> Passes | None:
+def passes_within(names: np.ndarray, gap: np.ndarray, pass_work: np.ndarray | None = None) -> Passes | None:
     """The passes of one annotated range that holds several (see :func:`find_passes`), only where every pass shows
     its layer blocks: a range is split only on evidence that it holds whole passes of a layered model."""
-    found = find_passes(names, gap)
+    found = find_passes(names, gap, pass_work)
     if found is None:
         return None
     cover = cover_of(tandem_blocks(names), len(names), len(names) / found.count)

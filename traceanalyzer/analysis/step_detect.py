@@ -375,6 +375,13 @@ def issue_sequence(act: DeviceActivity, rows: np.ndarray | None = None) -> tuple
     return rows, np.asarray(k["name_id"])[rows].astype(np.int64), gap
 
 
+def pass_work_ids(act: DeviceActivity, names: np.ndarray) -> np.ndarray:
+    """The distinct name ids of ``names`` whose kernel family is once-per-pass work (:data:`.pass_grammar.PASS_WORK`)."""
+    ids = np.unique(names)
+    texts = act.trace.names(ids)
+    return ids[np.array([bool(pass_grammar.PASS_WORK.search(str(t))) for t in texts], dtype=bool)] if len(ids) else ids
+
+
 def pass_windows(act: DeviceActivity, rows: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """GPU windows of passes given as issue positions ``cuts`` over ``rows``: pass ``i`` runs from the earliest start
     of the kernels issued from ``cuts[i]`` on to the next pass's start (its own last end for the last pass when
@@ -403,7 +410,7 @@ def detect(act: DeviceActivity) -> Detected | None:
     sequence (:mod:`.pass_grammar`) first, then idle gaps and a once-per-step kernel, then a window holding one
     pass."""
     rows, names, gap = issue_sequence(act)
-    passes = pass_grammar.find_passes(names, gap)
+    passes = pass_grammar.find_passes(names, gap, pass_work_ids(act, names))
     if passes is not None:
         return _from_passes(act, rows, passes)
     found = [c for c in (from_idle_gaps(act), from_kernel_period(act)) if c is not None]

@@ -202,6 +202,33 @@ def _well_known_steps(act: DeviceActivity) -> pd.DataFrame | None:
     return _named_steps(act, chosen, f"nvtx:{label}")
 
 
+#: Ranges a training or benchmark loop puts around the phases of one iteration; ``forward`` opens each iteration.
+PHASE_RANGE = re.compile(r"^(?:forward|backward|optimizer|optimizer_step|zero_grad)$", re.IGNORECASE)
+
+
+def _phase_steps(act: DeviceActivity) -> pd.DataFrame | None:
+    """Iterations marked by phase ranges (``forward``, ``backward``, ``optimizer``; NVTX or record_function): each
+    step runs from one outermost ``forward`` range to the next, the last to the end of the phase ranges after it.
+    Ranges around several iterations (``warmup``, ``benchmark_loop``) are phases of the run, not steps."""
+    phases = ranges_named(act, pattern=PHASE_RANGE, kinds=("nvtx", "user_annotation"))
+    phases = phases[phases["device"] < 0]
+    forward = phases[phases["name"].astype(str).str.lower() == "forward"]
+    if len(forward) < 2:
+        return None
+    start, end = array_of(forward, "start_ns", np.int64), array_of(forward, "end_ns", np.int64)
+    outer = ~np.array([bool(((start < a) & (end >= b)).any() | ((start <= a) & (end > b)).any())
+                       for a, b in zip(start.tolist(), end.tolist(), strict=True)], dtype=bool)
+    forward = forward[outer]
+    if len(forward) < 2:
+        return None
+    starts = array_of(forward, "start_ns", np.int64)
+    after_last = phases["start_ns"] >= starts[-1]
+    ends = np.r_[starts[1:], int(phases["end_ns"][after_last].max())]
+    windows = pd.DataFrame({"start_ns": starts, "end_ns": ends, "pid": array_of(forward, "pid"),
+                            "tid": array_of(forward, "tid"), "device": -1})
+    return _projected(act, windows, "nvtx:forward", None)
+
+
 @dataclass
 class StepStructure:
     """Step windows of a device and how they were found: ``source`` (profiler_step, nvtx:<name>, idle_gaps,
@@ -265,7 +292,7 @@ def _passes_in_range(act: DeviceActivity, found: pd.DataFrame, evidence: dict[st
     lo, hi = int(found["start_ns"].iloc[0]), int(found["end_ns"].iloc[0])
     inside = np.flatnonzero((np.asarray(k["start_ns"]) >= lo) & (np.asarray(k["start_ns"]) < hi))
     rows, names, gap = step_detect.issue_sequence(act, inside)
-    passes = pass_grammar.passes_within(names, gap)
+    passes = pass_grammar.passes_within(names, gap, step_detect.pass_work_ids(act, names))
     if passes is None:
         return found, evidence
     start, end = step_detect.pass_windows(act, rows, passes.cuts)
@@ -289,6 +316,8 @@ def find_steps(act: DeviceActivity, step_range: str | None = None,
         found = _profiler_steps(act)
     if found is None and not step_range and annotated:
         found = _well_known_steps(act)
+    if found is None and not step_range and annotated:
+        found = _phase_steps(act)
     if found is not None and len(found) == 1 and str(found["source"].iloc[0]) != "nvtx:" + str(step_range):
         found, evidence = _passes_in_range(act, found, evidence)
     if found is None and layer_pattern and annotated:
