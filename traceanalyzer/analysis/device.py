@@ -196,8 +196,11 @@ def in_steps(act: DeviceActivity, windows: iv.Intervals, exclusive: dict[str, in
         return {}, top
     window_ns = iv.lengths_sum(windows)
     busy_ns = int(iv.measure_within(act.busy, *windows).sum())  # = |busy ∩ windows|: the windows are disjoint
+    lo, hi = act.span
     return {"window_ns": window_ns, "busy_ns": busy_ns, "idle_ns": window_ns - busy_ns,
             "busy_pct": 100.0 * busy_ns / window_ns if window_ns else None,
+            # the device's span that belongs to no step (warm-up, partial passes, gaps at the ends), and its busy part
+            "outside_ns": max(hi - lo - window_ns, 0), "busy_outside_ns": max(iv.lengths_sum(act.busy) - busy_ns, 0),
             "bucket_exclusive_ns": {b: v for b, v in exclusive.items() if v}, "kernels": int(inside.sum())}, top
 
 

@@ -376,7 +376,7 @@ def issue_sequence(act: DeviceActivity, rows: np.ndarray | None = None) -> tuple
 
 
 def pass_work_ids(act: DeviceActivity, names: np.ndarray) -> np.ndarray:
-    """The distinct name ids of ``names`` whose kernel family is once-per-pass work (:data:`.pass_grammar.PASS_WORK`)."""
+    """The distinct name ids of ``names`` whose kernel family is once-per-pass work (``pass_grammar.PASS_WORK``)."""
     ids = np.unique(names)
     texts = act.trace.names(ids)
     return ids[np.array([bool(pass_grammar.PASS_WORK.search(str(t))) for t in texts], dtype=bool)] if len(ids) else ids

@@ -104,6 +104,16 @@ def step_source_text(d: Any) -> str:
     return f"{d.step_source}, {d.step_confidence}"
 
 
+def outside_steps_text(d: Any) -> str:
+    """The device's time that belongs to no step, e.g. ``outside steps 3.1 ms (4 % of the span, 2.2 ms busy)``;
+    ``""`` without steps."""
+    outside = d.in_steps.get("outside_ns") if d.step_source != "none" and d.in_steps else None
+    if outside is None:
+        return ""
+    pct = 100 * outside / d.span_ns if d.span_ns else 0.0
+    return f"outside steps {fmt_ns(outside)} ({pct:.0f} % of the span, {fmt_ns(d.in_steps['busy_outside_ns'])} busy)"
+
+
 def runs_lines(summary: Any) -> list[str]:
     """One line per run when the inputs are not exactly one whole run (several runs, or ranks missing)."""
     runs = summary.extra.get("runs") or []

@@ -27,6 +27,7 @@ from .formatting import (
     fmt_ns,
     fmt_pct,
     issue_only_text,
+    outside_steps_text,
     pct_of,
     range_text,
     runs_lines,
@@ -423,7 +424,8 @@ def power_rows(power: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def method_notes(summary: Summary) -> dict[str, Any]:
     """Definitions, how steps/layers were found, exclusive-bucket precedence, exclusions and warnings."""
-    sources = [{"device": device_label(d.rank, d.device), "steps": step_source_text(d),
+    sources = [{"device": device_label(d.rank, d.device),
+                "steps": "; ".join(t for t in (step_source_text(d), outside_steps_text(d)) if t),
                 "evidence": ", ".join(f"{k}: {v}" for k, v in d.step_evidence.items()),
                 "layers": f"{d.layers_per_step} per step ({d.layer_source})" if d.layers_per_step else "none",
                 "serialized": d.comm_serialized_with_compute} for d in summary.devices]

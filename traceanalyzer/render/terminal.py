@@ -19,6 +19,7 @@ from .formatting import (
     fmt_ns,
     fmt_pct,
     issue_only_text,
+    outside_steps_text,
     pct_of,
     range_text,
     runs_lines,
@@ -176,7 +177,14 @@ def _structure_lines(summary: Summary) -> list[str]:
     for d in summary.devices:
         layers = f"{d.layers_per_step} layers/step ({d.layer_source})" if d.layers_per_step else "no layers"
         groups.setdefault(f"steps: {step_source_text(d)}; {layers}", []).append(device_label(d.rank, d.device))
-    return [f"{text} — {', '.join(devs) if len(groups) > 1 else 'all devices'}" for text, devs in groups.items()]
+    lines = [f"{text} — {', '.join(devs) if len(groups) > 1 else 'all devices'}" for text, devs in groups.items()]
+    outside = [(int(d.in_steps.get("outside_ns") or 0), d) for d in summary.devices
+               if d.step_source != "none" and d.in_steps]
+    if outside and max(o for o, _ in outside) > 0:
+        _, most = max(outside, key=lambda od: od[0])
+        lines.append(f"{outside_steps_text(most)}, most on {device_label(most.rank, most.device)}: warm-up, "
+                     "partial passes and gaps at the ends belong to no step")
+    return lines
 
 
 def _bucket_table(con: Console, summary: Summary) -> list[Any]:
