@@ -271,7 +271,7 @@ def device_work(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | N
                               comm_on_compute_stream_pct=on_shared_pct, kernels=len(act.kernels),
                               memops=len(act.memops), window_ns=(lo, hi), layers=len(layers.table),
                               warnings=tuple(warnings)),
-        activity=act, layering=layers, host_events=host_event_counts(trace, rank, per_step),
+        activity=act, host_events=host_event_counts(trace, rank, per_step),
     )
     return DeviceWork(summary, layers)
 
