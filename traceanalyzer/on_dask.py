@@ -24,10 +24,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
-from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
+from .api import empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
 from .errors import BadInputError
-from .loaders import SUMMARY_TABLES, expand_paths, load_one
+from .loaders import SUMMARY_TABLES, expand_paths
 from .loaders.limits import Window, parse_window
+from .parallel import load_file
 from .stages import TracePart, analyze_trace, reduce_parts
 from .trace import PathLike, Trace
 
@@ -168,7 +169,7 @@ class DaskTraceWork:
 
 # -- tasks (run on the workers) -------------------------------------------------------------------------------
 def _load(path: str, rules: str | None, window: Window | None) -> Trace:
-    return classified(load_one(path, window=window, tables=SUMMARY_TABLES), rules)
+    return load_file(path, rules=rules, tables=SUMMARY_TABLES, window=window)
 
 
 def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:
