@@ -122,25 +122,22 @@ def _run_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs
     ``analysis.summary.SummaryOptions`` fields; ``engine="dask"`` computes it on a Dask cluster (``scheduler``
     address, :mod:`traceanalyzer.on_dask`). The Summary records how its files were read (``Summary.source``)."""
     from .analysis.results import SummarySource
+    from .analysis.summary import SummaryOptions
 
     if engine not in ENGINES:
         raise BadInputError(None, f"unknown engine {engine!r}", f"one of {', '.join(ENGINES)}")
+    if engine == "local" and scheduler is not None:
+        raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
+    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
+                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
     source = SummarySource(layer_pattern, rules=None if rules is None else str(rules), window=window,
                            from_files=True)
     if engine == "dask":
         from .on_dask import summarize_on_dask
 
-        result = summarize_on_dask(paths, scheduler=scheduler, jobs=jobs, rules=rules, step_range=step_range,
-                                   layer_pattern=layer_pattern, gpu_log=gpu_log, findings=findings, extra=extra,
-                                   window=window, skip=skip)
+        result = summarize_on_dask(paths, opts, scheduler=scheduler, window=window)
         result.source = source
         return SummaryRun(result, [], [])
-    if scheduler is not None:
-        raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
-    from .analysis.summary import SummaryOptions
-
-    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
-                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
     # with worker processes, each trace's map step runs here as it arrives, while the workers load the others
     analyzed: dict[int, tuple[Trace, TracePart]] = {}
     with _long_lived() as settled:
