@@ -189,3 +189,29 @@ def test_bad_rank_file_on_a_local_cluster_is_one_line(ranks34: Path, tmp_path: P
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "rank00001.json" in lines[0], result.stderr
+
+
+def _rows(db: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every table's rows in insertion order, the run's time stamp masked (run metadata)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        out = {name: conn.execute(f"SELECT * FROM [{name}] ORDER BY rowid").fetchall() for name in names
+               if not name.startswith("kernels_fts_")}
+    out["runs"] = [(r[0], "T", *r[2:]) for r in out["runs"]]
+    return out
+
+
+@pytest.mark.parametrize("inputs", [["kineto/tp2_decode_graphs"], ["nsys/tp2_prefill_serial.sqlite"]])
+def test_a_dask_summary_exports_the_local_database(cluster: str, tmp_path: Path, inputs: list[str]) -> None:
+    """A Dask engine's Summary holds results only and exports: its kernel and memop rows (each with its step and
+    layer) read from its files again, into the very database the local engine's export writes. Layers by
+    collective period (found from the steps) and by NVTX ranges; memops on the nsys file."""
+    from traceanalyzer import export
+
+    paths = [str(REPO / "fixtures" / p) for p in inputs]
+    local = export(paths, tmp_path / "local.db")
+    on_dask = export(summary(paths, engine="dask", scheduler=cluster), tmp_path / "dask.db")
+    assert on_dask.rows == local.rows and local.rows["kernels"] > 0 and local.rows["layers"] > 0
+    assert _rows(tmp_path / "dask.db") == _rows(tmp_path / "local.db")

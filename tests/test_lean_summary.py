@@ -112,7 +112,7 @@ def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
     kept = json.dumps(ta.summary(loaded).to_json(), sort_keys=True, default=str)  # the user's traces: untouched
     assert len(loaded[0].api_starts)
     owned = load_for_summary([FIXTURE])
-    released = _summarize(owned, SummaryOptions(), {}, own=True)
+    released = _summarize(owned, SummaryOptions(), {}, own=True).summary
     for name in MAP_ONLY_TABLES:
         assert len(owned[0].tables[name]) == 0
     assert owned[0].capabilities["api_starts_released"] == "all"

@@ -26,8 +26,10 @@ def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True
     ``tables`` limits the optional tables read (as ``loaders.load_one``; default all). ``window``
     (``"START:END"`` seconds from the capture start, ``loaders.limits``) keeps the activity starting inside it.
     """
-    trace = load_one(path, progress=progress, tables=tables, window=parse_window(window))
-    return classified(trace, rules) if classify else trace
+    from .parallel import load_file
+
+    return load_file(path, rules=rules, classify=classify, tables=tables, progress=progress,
+                     window=parse_window(window))
 
 
 def classified(trace: Trace, rules: PathLike | None = None) -> Trace:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,8 +29,11 @@ from .trace import PathLike, Trace
 if TYPE_CHECKING:
     import sqlite_utils
 
+    from .analysis.activity import DeviceActivity
+    from .analysis.layers import Layers
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
+    from .stages import DeviceKey
 
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
 _WHERE = ["trace_id", "rank", "device"]
@@ -73,11 +76,13 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
             raise EmptyTraceError(None, "no trace files given")
         inputs = [p for p in items if isinstance(p, (str, Path))]
         check_output(target, inputs, append=append)
-        from .pipeline import summary as summarize
+        from .pipeline import summary_run
 
-        summary = summarize(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
-                            gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}),
-                            **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
+        run = summary_run(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
+                          gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}),
+                          **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
+        check_output(target, [t.path for t in run.summary.traces], append=append)
+        return write_database(run.summary, target, append=append, layering=run.device_layers())
     check_output(target, [t.path for t in summary.traces], append=append)
     return write_database(summary, target, append=append)
 
@@ -107,8 +112,10 @@ def _check_appendable(target: Path) -> None:
                             "--append adds to a database that traceanalyzer export wrote")
 
 
-def write_database(summary: Summary, output: PathLike, *, append: bool = False) -> ExportResult:
-    """Write ``summary`` (its devices must carry their ``activity``, as ``summarize`` leaves them) to ``output``.
+def write_database(summary: Summary, output: PathLike, *, append: bool = False,
+                   layering: Mapping[DeviceKey, Layers] | None = None) -> ExportResult:
+    """Write ``summary`` to ``output``: its results, and each device's kernels and memops with their step and
+    layer (:func:`device_rows`; ``layering``: the layers the summary's analysis found, else found again).
 
     The database is built in a temporary file beside ``output`` (a copy of it with ``append``) and renamed over
     it by ``output.write_built``, so ``output`` is either the old database or the complete new one.
@@ -118,10 +125,7 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
     import sqlite_utils
 
     target = Path(output)
-    missing = [f"rank {d.rank} GPU {d.device}" for d in summary.devices if d.activity is None]
-    if missing:
-        raise ValueError(f"the Summary's devices carry no activity ({', '.join(missing)}): export a Summary made "
-                         "by ta.summary, or pass the traces")
+    rows = device_rows(summary, layering or {})
     from .output import write_built
 
     written: list[ExportResult] = []
@@ -132,7 +136,7 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
                 shutil.copyfile(target, tmp)
             db = sqlite_utils.Database(tmp)
             try:
-                written.append(_write(db, summary, target))
+                written.append(_write(db, summary, target, rows))
                 db.conn.commit()
             finally:
                 db.close()
@@ -143,8 +147,48 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
     return written[0]
 
 
+# -- each device's kernels and memops ----------------------------------------------------------------------------
+#: What a device's kernel and memop rows are read from: its activity, and its layers (each kernel's layer).
+DeviceRows = tuple["DeviceActivity", "Layers"]
+
+
+def device_rows(summary: Summary, layering: Mapping[DeviceKey, Layers]) -> Callable[[DeviceSummary], DeviceRows]:
+    """Where each device's kernel and memop rows come from: its activity — the one its analysis kept, else its
+    trace file read again as the summary read it (``Summary.source``: a Summary of the Dask engine, whose traces
+    stayed on the workers) — and its layers: ``layering`` (the summary's work), else found again from the activity
+    and the device's steps, as its analysis found them. Files are read again (all at once) before anything is
+    written: one that cannot be is refused first."""
+    from .analysis.activity import gather
+    from .analysis.layers import layer_table
+
+    traces: dict[str, Trace] = {}
+    lacking = [d for d in summary.devices if d.activity is None]
+    if lacking:
+        source = summary.source
+        if source is None or not source.from_files:
+            where = ", ".join(f"rank {d.rank} GPU {d.device}" for d in lacking)
+            raise ValueError(f"the Summary's devices carry no activity ({where}) and it was not read from files: "
+                             "pass the traces")
+        from .pipeline import load_for_summary
+
+        paths = [t.path for t in summary.traces]
+        loaded = load_for_summary(paths, rules=source.rules, layer_pattern=source.layer_pattern, window=source.window)
+        traces = {str(t.path): t for t in loaded}
+
+    def rows_of(dev: DeviceSummary) -> DeviceRows:
+        act = dev.activity if dev.activity is not None else gather(traces[dev.trace], dev.rank, dev.device)
+        layers = layering.get((dev.trace, dev.rank, dev.device))
+        if layers is None:
+            pattern = summary.source.layer_pattern if summary.source is not None else DEFAULT_LAYER_PATTERN
+            layers = layer_table(act, dev.per_step, pattern, numbers=False)
+        return act, layers
+
+    return rows_of
+
+
 # -- the tables ------------------------------------------------------------------------------------------------
-def _write(db: sqlite_utils.Database, summary: Summary, target: Path) -> ExportResult:
+def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
+           rows_of: Callable[[DeviceSummary], DeviceRows]) -> ExportResult:
     from ._version import __version__
 
     _create_schema(db)
@@ -173,8 +217,9 @@ def _write(db: sqlite_utils.Database, summary: Summary, target: Path) -> ExportR
     for dev in summary.devices:
         tid = trace_ids[dev.trace]
         rows["devices"] += _insert_frame(db, "devices", pd.DataFrame([_device_row(dev)]), tid)
-        rows["kernels"] += _insert_kernels(db, dev, tid)
-        rows["memops"] += _insert_memops(db, dev, tid)
+        act, layers = rows_of(dev)
+        rows["kernels"] += _insert_kernels(db, dev, act, layers, tid)
+        rows["memops"] += _insert_memops(db, dev, act, layers, tid)
         rows["steps"] += _insert_frame(db, "steps", _with_device(dev.per_step, dev), tid)
         rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
         rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
@@ -333,14 +378,14 @@ def _names(raw: list[str | None]) -> tuple[list[str | None], list[str | None]]:
     return [r if r != s else None for r, s in zip(raw, shown, strict=True)], shown
 
 
-def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int) -> int:
-    act = dev.activity
+def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, act: DeviceActivity, layers: Layers,
+                    trace_id: int) -> int:
     k, trace = act.kernels, act.trace
     if not len(k):
         return 0
     start, end = k["start_ns"], k["end_ns"]
     raw, names = _names(trace.names(k["name_id"]).tolist())
-    layer = dev.layering.kernel_layer() if dev.layering is not None else np.full(len(k), -1)
+    layer = layers.kernel_layer()
     return _bulk(db, "kernels", {
         "trace_id": np.full(len(k), trace_id), "rank": np.full(len(k), dev.rank), "device": np.full(len(k), dev.device),
         "stream": k["stream"], "start_ns": start, "end_ns": end, "duration_ns": end - start, "name": names,
@@ -350,13 +395,13 @@ def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int
         "correlation": k["correlation"]})
 
 
-def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, trace_id: int) -> int:
-    act = dev.activity
+def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, act: DeviceActivity, layers: Layers,
+                   trace_id: int) -> int:
     m, trace = act.memops, act.trace
     if not len(m):
         return 0
     start, end = m["start_ns"], m["end_ns"]
-    layer = dev.layering.layer_at(start) if dev.layering is not None else np.full(len(m), -1)
+    layer = layers.layer_at(start)
     return _bulk(db, "memops", {
         "trace_id": np.full(len(m), trace_id), "rank": np.full(len(m), dev.rank), "device": np.full(len(m), dev.device),
         "stream": m["stream"], "start_ns": start, "end_ns": end, "duration_ns": end - start,

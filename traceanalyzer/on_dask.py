@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
-from .api import classified, empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
+from .analysis.layer_pattern import check_layer_pattern
+from .api import empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
 from .errors import BadInputError
-from .loaders import SUMMARY_TABLES, expand_paths, load_one
+from .loaders import SUMMARY_TABLES, expand_paths
 from .loaders.limits import Window, parse_window
+from .parallel import load_file
 from .stages import TracePart, analyze_trace, reduce_parts
 from .trace import PathLike, Trace
 
@@ -43,22 +44,16 @@ if TYPE_CHECKING:
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 
-def summarize_on_dask(paths: Sequence[PathLike], *, scheduler: str | None = None, jobs: int = 1,
-                      rules: PathLike | None = None, step_range: str | None = None,
-                      layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
-                      findings: bool = True, extra: dict[str, Any] | None = None,
-                      window: str | None = None, skip: Collection[str] = ()) -> Summary:
-    """The summary of trace files / directories of rank traces, computed on a Dask cluster (module doc):
-    ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``, else a LocalCluster of ``jobs`` worker processes). The
-    other keywords as :func:`traceanalyzer.pipeline.summarize_paths`."""
-    from .analysis.summary import SummaryOptions
-
-    check_layer_pattern(layer_pattern)
+def summarize_on_dask(paths: Sequence[PathLike], opts: SummaryOptions, *, scheduler: str | None = None,
+                      window: str | None = None) -> Summary:
+    """The summary of trace files / directories of rank traces, computed on a Dask cluster (module doc) with the
+    local engine's options ``opts``: ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``, else a LocalCluster of
+    ``opts.jobs`` worker processes); ``window`` as :func:`traceanalyzer.pipeline.summarize_paths`."""
+    check_layer_pattern(opts.layer_pattern)
     skipped: list[str] = []
     files = [str(f) for f in expand_paths(list(paths), skipped)]
     win = parse_window(window)
-    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
-                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
+    rules, jobs = opts.rules, opts.jobs
     rules_path = None if rules is None else str(rules)
     with dask_client(scheduler, jobs) as client:
         loaded = [client.submit(_load, f, rules_path, win, pure=False) for f in files]
@@ -168,7 +163,7 @@ class DaskTraceWork:
 
 # -- tasks (run on the workers) -------------------------------------------------------------------------------
 def _load(path: str, rules: str | None, window: Window | None) -> Trace:
-    return classified(load_one(path, window=window, tables=SUMMARY_TABLES), rules)
+    return load_file(path, rules=rules, tables=SUMMARY_TABLES, window=window)
 
 
 def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:

@@ -102,7 +102,7 @@ def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool =
               tables: frozenset[str] | None = None, progress: ProgressFn | None = None,
               window: Window | None = None) -> Trace:
     """One file loaded (``tables``, ``window`` as ``loaders.load_one``) and, with ``classify``, classified (``rules``
-    first)."""
+    first): the one "load one file and classify it" of ``ta.load``, the worker processes and the Dask workers."""
     trace = load_one(path, progress=progress, tables=tables, window=window)
     if not classify:
         return trace

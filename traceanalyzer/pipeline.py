@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,12 @@ from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from .api import load_files, load_many, require_kernels
 from .errors import BadInputError
 from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
-from .stages import LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
+from .stages import DeviceKey, LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
 from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
-
     from .analysis.hta_compat import HtaCompatResult
+    from .analysis.layers import Layers
     from .analysis.results import Summary
     from .analysis.summary import SummaryOptions
 
@@ -39,14 +40,31 @@ def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = 
     from .analysis.summary import SummaryOptions
 
     opts = options or SummaryOptions(**kwargs)
-    return _summarize([traces] if isinstance(traces, Trace) else list(traces), opts, {})
+    return _summarize([traces] if isinstance(traces, Trace) else list(traces), opts, {}).summary
+
+
+@dataclass
+class SummaryRun:
+    """A summary and the per-trace work the pipeline kept beside it: the classified traces (the report's timeline
+    reads them) and each trace's part, whose devices' layers the export's kernel rows read. The Dask engine's
+    traces and parts stay on its workers: none here."""
+
+    summary: Summary
+    traces: list[Trace]
+    parts: list[TracePart]
+
+    def device_layers(self) -> dict[DeviceKey, Layers]:
+        """Each device's layers by (trace path, rank, device), as its analysis found them."""
+        return {key: layers for p in self.parts for key, layers in p.device_layers().items()}
 
 
 def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tuple[Trace, TracePart]],
-               own: bool = False) -> Summary:
+               own: bool = False) -> SummaryRun:
     """:func:`summarize`, reusing the parts already ``analyzed`` (by ``id`` of their Trace, the Trace kept
     beside its part) for the Traces that are those very objects. ``own``: the traces were loaded for this
     summary, and what only the map step reads is released after it (``stages.analyze_trace``)."""
+    from .analysis.results import SummarySource
+
     check_layer_pattern(opts.layer_pattern)
     trace_list = [classified_once(t, opts.rules) for t in traces]
 
@@ -55,7 +73,10 @@ def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tu
         return early[1] if early is not None and early[0] is trace else \
             analyze_trace(trace, opts, release=own)
 
-    return reduce_parts([part(t) for t in trace_list], opts, LocalTraceWork(trace_list))
+    parts = [part(t) for t in trace_list]
+    result = reduce_parts(parts, opts, LocalTraceWork(trace_list))
+    result.source = SummarySource(opts.layer_pattern)
+    return SummaryRun(result, trace_list, parts)
 
 
 def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> Summary:
@@ -64,6 +85,11 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     ``options`` are SummaryOptions fields (``step_range``, ``layer_pattern``, ``rules``, ``gpu_log``, ``jobs``…)
     and, for paths, ``window`` (``"START:END"`` seconds from the capture start).
     """
+    return summary_run(traces_or_paths, **options).summary
+
+
+def summary_run(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> SummaryRun:
+    """:func:`summary` with the per-trace work kept beside it (:class:`SummaryRun`: the export's)."""
     from .analysis.summary import SummaryOptions
 
     items = list(traces_or_paths) if isinstance(traces_or_paths, (list, tuple)) else [traces_or_paths]
@@ -71,41 +97,47 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
     if items and len(traces) == len(items):
         if options.pop("engine", "local") != "local" or options.pop("scheduler", None) is not None:
             raise TypeError("the Dask engine loads files on its workers: pass paths, not Trace objects")
-        return summarize(traces, SummaryOptions(**options))
+        return _summarize(traces, SummaryOptions(**options), {})
     if traces:
         raise TypeError("pass either Trace objects or paths, not both")
     fields = set(SummaryOptions.__dataclass_fields__)
     unknown = set(options) - fields - {"progress", "window", "engine", "scheduler"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    return summarize_paths([p for p in items if isinstance(p, (str, Path))], **options)
+    return _run_paths([p for p in items if isinstance(p, (str, Path))], **options)
 
 
-def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
+def summarize_paths(paths: Sequence[PathLike], **options: Any) -> Summary:
+    """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
+    commands and ``ta.summary(paths)``. The keywords as :func:`_run_paths`; errors as :func:`load_for_summary`."""
+    return _run_paths(paths, **options).summary
+
+
+def _run_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs: int = 1,
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
                     progress: ProgressFn | None = None, window: str | None = None,
-                    skip: Collection[str] = (), engine: str = "local", scheduler: str | None = None) -> Summary:
-    """Load trace files (or directories of rank traces) and summarize them: the ``summary`` and ``report``
-    commands and ``ta.summary(paths)``. The keywords are ``analysis.summary.SummaryOptions`` fields;
-    ``engine="dask"`` computes it on a Dask cluster (``scheduler`` address, :mod:`traceanalyzer.on_dask`).
+                    skip: Collection[str] = (), engine: str = "local", scheduler: str | None = None) -> SummaryRun:
+    """The summary of trace files (or directories of rank traces) and its work. The keywords are
+    ``analysis.summary.SummaryOptions`` fields; ``engine="dask"`` computes it on a Dask cluster (``scheduler``
+    address, :mod:`traceanalyzer.on_dask`). The Summary records how its files were read (``Summary.source``)."""
+    from .analysis.results import SummarySource
+    from .analysis.summary import SummaryOptions
 
-    Errors as :func:`load_for_summary`.
-    """
     if engine not in ENGINES:
         raise BadInputError(None, f"unknown engine {engine!r}", f"one of {', '.join(ENGINES)}")
+    if engine == "local" and scheduler is not None:
+        raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
+    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
+                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
+    source = SummarySource(layer_pattern, rules=None if rules is None else str(rules), window=window,
+                           from_files=True)
     if engine == "dask":
         from .on_dask import summarize_on_dask
 
-        return summarize_on_dask(paths, scheduler=scheduler, jobs=jobs, rules=rules, step_range=step_range,
-                                 layer_pattern=layer_pattern, gpu_log=gpu_log, findings=findings, extra=extra,
-                                 window=window, skip=skip)
-    if scheduler is not None:
-        raise BadInputError(None, "a scheduler address needs the Dask engine", "add --engine dask")
-    from .analysis.summary import SummaryOptions
-
-    opts = SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules, gpu_log=gpu_log,
-                          jobs=jobs, findings=findings, extra=extra or {}, skip=frozenset(skip))
+        result = summarize_on_dask(paths, opts, scheduler=scheduler, window=window)
+        result.source = source
+        return SummaryRun(result, [], [])
     # with worker processes, each trace's map step runs here as it arrives, while the workers load the others
     analyzed: dict[int, tuple[Trace, TracePart]] = {}
     with _long_lived() as settled:
@@ -118,7 +150,9 @@ def summarize_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None,
         traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
                                   window=window, on_loaded=analyze_loaded)
         settled()
-        return _summarize(traces, opts, analyzed, own=True)
+        run = _summarize(traces, opts, analyzed, own=True)
+    run.summary.source = source
+    return run
 
 
 @contextmanager

@@ -34,9 +34,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     (atomic replace, never an input trace, ``cannot write FILE: <reason>`` as exit 2). ``cdn`` references plotly
     on its CDN instead of inlining it (smaller file, needs network to view).
     """
-    from .analysis.summary import SummaryOptions
     from .output import check_output, write_output
-    from .pipeline import _summarize, load_for_summary
+    from .pipeline import summary_run
     from .render.html import render_html
 
     if not paths:
@@ -44,12 +43,8 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     target = Path(output) if output is not None else default_output(paths)
     inputs = [*paths, *(p for p in (rules, gpu_log) if p is not None)]
     check_output(target, inputs)
-    traces = load_for_summary(paths, rules=rules, jobs=jobs, layer_pattern=layer_pattern, progress=progress,
-                              window=window)
-    # traces loaded here: what only the map step reads is let go after it (pipeline._summarize)
-    summary = _summarize(traces, SummaryOptions(step_range=step_range, layer_pattern=layer_pattern, rules=rules,
-                                                gpu_log=gpu_log, jobs=jobs,
-                                                extra={"gpu_log_tz": gpu_log_tz} if gpu_log_tz else {}),
-                         {}, own=True)
-    write_output(render_html(summary, traces, cdn=cdn), target, inputs=inputs)
-    return target, summary
+    run = summary_run(list(paths), rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
+                      gpu_log=gpu_log, progress=progress, window=window,
+                      **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
+    write_output(render_html(run.summary, run.traces, cdn=cdn), target, inputs=inputs)
+    return target, run.summary

@@ -10,7 +10,7 @@ power, and — through :class:`TraceWork`, since they read the traces again — 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,16 +20,21 @@ from .trace import PathLike, Table, Trace, TraceHeader
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .analysis.layers import Layers
     from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
     from .analysis.summary import SummaryOptions
+
+#: A device of a summary: (trace path, rank, device).
+DeviceKey = tuple[str, int, int]
 
 
 
 @dataclass
 class TracePart:
     """One trace file's share of a summary, computed where the trace is (:func:`analyze_trace`): its header,
-    meta, per-device summaries, GPU-metric aggregates and warnings. :meth:`compact` drops what only later work on
-    the same trace reads (each device's activity tables), so it can travel to a driver that never holds a trace."""
+    meta, per-device summaries, GPU-metric aggregates and warnings, and each device's layers. :meth:`compact` drops
+    what only later work on the same trace reads (each device's activity tables and layers), so it can travel to a
+    driver that never holds a trace."""
 
     header: TraceHeader
     meta: TraceMeta
@@ -37,9 +42,14 @@ class TracePart:
     gpu_metrics: pd.DataFrame | None
     warnings: list[str]
     platform: Any = None  # analysis.platform.TracePlatform: the GPUs, kernel families, communication paths
+    layering: list[Layers] = field(default_factory=list)  # each device's layers (``analysis.device.DeviceWork``)
 
     def compact(self) -> TracePart:
-        return replace(self, devices=[replace(d, activity=None, layering=None) for d in self.devices])
+        return replace(self, devices=[replace(d, activity=None) for d in self.devices], layering=[])
+
+    def device_layers(self) -> dict[DeviceKey, Layers]:
+        """Each device's layers (the layer of each kernel), by (trace path, rank, device)."""
+        return {(d.trace, d.rank, d.device): layers for d, layers in zip(self.devices, self.layering, strict=True)}
 
 
 #: Tables only the map step reads (an nsys export's every API call start, counted per step with each device's
@@ -51,23 +61,24 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
     """The map step of a summary: one classified trace's devices analysed (``analysis.device``), its header and
     meta, its GPU-metric aggregates. ``release``: then empty the trace's :data:`MAP_ONLY_TABLES` (a trace the
     summary loaded itself and reads again only for the reduce)."""
-    from .analysis.device import analyze_device
+    from .analysis.device import device_work
     from .analysis.gpu_metrics import aggregate_gpu_metrics
     from .analysis.platform import trace_platform
     from .analysis.summary import device_pairs, trace_meta
 
     pairs = device_pairs(trace)
-    devices = []
+    works = []
     for i, (rank, device) in enumerate(pairs):
-        devices.append(analyze_device(trace, rank, device, options=options))
+        works.append(device_work(trace, rank, device, options=options))
         if release and len(trace.api_starts) and all(r != rank for r, _ in pairs[i + 1:]):
             _release_starts(trace, rank)  # the rank's last device: its calls' starts were counted
     metrics = aggregate_gpu_metrics(trace).assign(trace=str(trace.path)) if len(trace.gpu_metrics) else None
     if release:
         _release_starts(trace, None)
-    return TracePart(header=trace.header(), meta=trace_meta(trace), devices=devices,
+    return TracePart(header=trace.header(), meta=trace_meta(trace), devices=[w.summary for w in works],
                      gpu_metrics=metrics if metrics is not None and len(metrics) else None,
-                     warnings=list(trace.warnings), platform=trace_platform(trace))
+                     warnings=list(trace.warnings), platform=trace_platform(trace),
+                     layering=[w.layering for w in works])
 
 
 def _release_starts(trace: Trace, rank: int | None) -> None:

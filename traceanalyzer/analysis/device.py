@@ -5,7 +5,7 @@ Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the
 * span = first kernel/memop start → last end; busy = union of every kernel and memop; idle = span − busy.
 * bucket_ns[b] = union of bucket ``b``'s intervals (memops carry their own bucket: ``memory``, or
   ``communication`` for peer-to-peer copies). bucket_exclusive_ns splits busy by precedence
-  (``extra["exclusive_precedence"]``, first claims first) so the parts add up to busy exactly.
+  (``figures.exclusive_precedence``, first claims first) so the parts add up to busy exactly.
 * comm = union of communication kernels and peer copies. hidden = comm ∩ union(non-communication **kernels**) —
   memory copies run on copy engines and leave the SMs idle, so they do not hide communication. exposed =
   comm − hidden (the SM-idle time during collectives). overlap_pct = 100 · hidden / comm.
@@ -17,6 +17,7 @@ Definitions (docs/ARCHITECTURE.md), all on half-open integer-ns intervals of the
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -138,19 +139,6 @@ def top_kernels(act: DeviceActivity, rows: np.ndarray | None = None) -> pd.DataF
                   "mean_ns": total[sel] / count[sel], "p50_ns": p50[sel], "p99_ns": p99[sel]}, TOP_KERNEL_COLUMNS)
 
 
-def per_step_table(act: DeviceActivity, steps: pd.DataFrame, sets: dict[str, iv.Intervals],
-                   hidden: iv.Intervals, exposed: iv.Intervals) -> pd.DataFrame:
-    """Per step window: busy/idle, comm hidden/exposed and bucket unions inside the window."""
-    ws, we = array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)
-    busy = iv.measure_within(act.busy, ws, we)
-    return frame({
-        "step": array_of(steps, "step", np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws,
-        "busy_ns": busy, "idle_ns": (we - ws) - busy, "comm_ns": iv.measure_within(act.comm, ws, we),
-        "comm_hidden_ns": iv.measure_within(hidden, ws, we), "comm_exposed_ns": iv.measure_within(exposed, ws, we),
-        **{f"{bucket}_ns": iv.measure_within(u, ws, we) for bucket, u in sorted(sets.items())},
-    })
-
-
 def comm_idle_gaps(exposed: iv.Intervals, steps: pd.DataFrame, layers: Layers) -> pd.DataFrame:
     """The exposed-communication segments, labelled with the step and layer windows holding their start."""
     s, e = exposed
@@ -228,15 +216,79 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     """Every per-device number of :class:`DeviceSummary` for ``(rank, device)`` of a classified trace.
 
     ``steps`` (columns step, start_ns, end_ns, source) and ``layers`` override the detected ones; ``options``
-    supplies ``step_range`` and ``layer_pattern``.
+    supplies ``step_range``, ``layer_pattern`` and ``skip``. :func:`device_work` with the layers kept beside.
     """
+    return device_work(trace, rank, device, steps=steps, layers=layers, options=options).summary
+
+
+@dataclass
+class DeviceWork:
+    """A device's :class:`DeviceSummary` and what the later work on the same trace reads beside it (never in a
+    Summary): ``layering``, the layer of each kernel (the export's kernel rows)."""
+
+    summary: DeviceSummary
+    layering: Layers
+
+
+def device_work(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | None = None,
+                layers: Layers | None = None, options: SummaryOptions | None = None) -> DeviceWork:
+    """:func:`analyze_device`, phase by phase: the steps, the layers, communication (hidden, exposed, the
+    collectives), the buckets (unions, exclusive split), the kernel tables. Each phase lets go of the derived
+    columns it read last (``DeviceActivity.forget``), so a device's peak holds one phase's unions at a time."""
     act = gather(trace, rank, device)
-    step_range = getattr(options, "step_range", None)
     layer_pattern = getattr(options, "layer_pattern", DEFAULT_LAYER_PATTERN)
-    if steps is None:
+    skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
+    structure, warnings = _step_structure(act, steps, getattr(options, "step_range", None), layer_pattern)
+    steps = structure.windows
+    lo, hi = act.span  # from the busy union the steps were found with, before the layers let it go
+    busy_ns = iv.lengths_sum(act.busy)
+    if layers is None:
+        layers = layer_table(act, steps, layer_pattern, numbers="layer_numbers" not in skip)
+    act.forget(*LAUNCH_COLUMNS)  # read by the steps and layers only
+    comm = _communication(act, steps, layers, gaps="comm_idle_gaps" not in skip)
+    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    buckets = _buckets(act, steps, windows, skip)
+    per_step = frame({**_step_columns(steps), "busy_ns": buckets.busy_per_step,
+                      "idle_ns": (array_of(steps, "end_ns", np.int64) - array_of(steps, "start_ns", np.int64))
+                      - buckets.busy_per_step, **comm.per_step, **buckets.per_step})
+    comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
+    whole_top = None if "top_kernels" in skip else top_kernels(act)
+    step_numbers, step_top = in_steps(act, windows, buckets.within, whole_top, numbers="in_steps" not in skip)
+    act.forget_derived()  # the unions and launch columns: rebuilt if the findings read them
+    summary = DeviceSummary(
+        rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
+        span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
+        bucket_ns=buckets.bucket_ns,
+        bucket_exclusive_ns={} if "bucket_exclusive" in skip else buckets.exclusive,
+        comm_ns=comm.comm_ns, comm_hidden_ns=comm.hidden_ns, comm_exposed_ns=comm.comm_ns - comm.hidden_ns,
+        overlap_pct=100.0 * comm.hidden_ns / comm.comm_ns if comm.comm_ns else None,
+        steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
+        comm_exposed_per_step_ns=_median(per_step["comm_exposed_ns"]),
+        step_source=structure.source, layer_source=layers.source, step_confidence=structure.confidence,
+        step_evidence=structure.evidence, layers_per_step=_layers_per_step(layers.table),
+        comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
+        per_step=per_step, per_layer=layers.table, collectives=comm.collectives,
+        top_kernels=empty_frame(TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
+        top_kernels_in_steps=step_top, in_steps=step_numbers, comm_idle_gaps_ns=comm.gaps,
+        figures=DeviceFigures(exclusive_precedence=tuple(buckets.claim_order),
+                              comm_on_compute_stream_pct=on_shared_pct, kernels=len(act.kernels),
+                              memops=len(act.memops), window_ns=(lo, hi), layers=len(layers.table),
+                              warnings=tuple(warnings)),
+        activity=act, host_events=host_event_counts(trace, rank, per_step),
+    )
+    return DeviceWork(summary, layers)
+
+
+def _step_structure(act: DeviceActivity, given: pd.DataFrame | None, step_range: str | None,
+                    layer_pattern: str | None) -> tuple[StepStructure, list[str]]:
+    """The steps phase: the step windows (``given``, else found: :func:`~.steps.find_steps`), and a warning when
+    ``step_range`` names a range that launched no GPU work (:class:`BadInputError` when the trace has no such
+    range at all)."""
+    trace = act.trace
+    if given is None:
         structure = find_steps(act, step_range, layer_pattern)
     else:
-        structure = StepStructure(steps, str(steps["source"].iloc[0]) if len(steps) else "none", "high",
+        structure = StepStructure(given, str(given["source"].iloc[0]) if len(given) else "none", "high",
                                   {"method": "given"})
     steps = structure.windows
     warnings: list[str] = []
@@ -246,55 +298,67 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
             raise BadInputError(trace.path, f"--step-range {step_range!r} matches no range in the trace",
                                 f"ranges it has: {', '.join(names)}" if names else
                                 "it has no NVTX / record_function ranges; leave --step-range out")
-        warnings.append(f"rank {rank} GPU {device}: no range named {step_range!r} launched GPU work; "
+        warnings.append(f"rank {act.rank} GPU {act.device}: no range named {step_range!r} launched GPU work; "
                         f"steps from {steps['source'].iloc[0]} instead")
-    skip: frozenset[str] = getattr(options, "skip", frozenset())  # SummaryOptions.skip
-    lo, hi = act.span  # from the busy union the steps were found with (the layers let it go)
-    busy_ns = iv.lengths_sum(act.busy)
-    layers = layer_table(act, steps, layer_pattern, numbers="layer_numbers" not in skip) if layers is None \
-        else layers
-    act.forget(*LAUNCH_COLUMNS)  # read by the steps and layers only: not held through the unions below
+    return structure, warnings
+
+
+def _step_columns(steps: pd.DataFrame) -> dict[str, np.ndarray]:
+    ws, we = array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)
+    return {"step": array_of(steps, "step", np.int64), "start_ns": ws, "end_ns": we, "duration_ns": we - ws}
+
+
+@dataclass
+class _Communication:
+    """The communication phase: totals, per step window (``comm_ns``, ``comm_hidden_ns``, ``comm_exposed_ns``
+    columns), the collective instances and the exposed segments."""
+
+    comm_ns: int
+    hidden_ns: int
+    per_step: dict[str, np.ndarray]
+    collectives: pd.DataFrame
+    gaps: pd.DataFrame
+
+
+def _communication(act: DeviceActivity, steps: pd.DataFrame, layers: Layers, *, gaps: bool) -> _Communication:
+    """hidden = comm ∩ compute (the non-communication kernels), exposed = comm − hidden, over the device and per
+    step window; the collective instances; the exposed segments (``gaps``). Reads the compute union for the last
+    time in a summary."""
     hidden, exposed = iv.split(act.comm, act.compute)
     collectives = collective_instances(act, steps, layers.kernel_layer(), layers.layer_at(act.memops["start_ns"]))
-    act.forget("compute")  # read above for the last time in a summary
+    act.forget("compute")
+    ws, we = array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)
+    per_step = {"comm_ns": iv.measure_within(act.comm, ws, we), "comm_hidden_ns": iv.measure_within(hidden, ws, we),
+                "comm_exposed_ns": iv.measure_within(exposed, ws, we)}
+    return _Communication(comm_ns=iv.lengths_sum(act.comm), hidden_ns=iv.lengths_sum(hidden), per_step=per_step,
+                          collectives=collectives,
+                          gaps=comm_idle_gaps(exposed, steps, layers) if gaps else empty_frame(GAP_COLUMNS))
+
+
+@dataclass
+class _Buckets:
+    """The buckets phase: each bucket's union length, the order they claim busy time, the exclusive split (whole
+    device, and within the step windows), busy and each bucket's union per step window (``<bucket>_ns``)."""
+
+    bucket_ns: dict[str, int]
+    claim_order: list[str]
+    exclusive: dict[str, int]
+    within: dict[str, int]
+    busy_per_step: np.ndarray
+    per_step: dict[str, np.ndarray]
+
+
+def _buckets(act: DeviceActivity, steps: pd.DataFrame, windows: iv.Intervals, skip: frozenset[str]) -> _Buckets:
+    """Bucket unions (:func:`_bucket_sets`), measured whole and per step, then consumed by the exclusive split
+    (:func:`_exclusive`), which builds busy again only after its largest merges."""
     sets = _bucket_sets(act)
-    order = EXCLUSIVE_PRECEDENCE
-    comm_ns, hidden_ns = iv.lengths_sum(act.comm), iv.lengths_sum(hidden)
-    per_step = per_step_table(act, steps, sets, hidden, exposed)
-    host_events = host_event_counts(trace, rank, per_step)
-    windows = iv.union(steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64))
+    ws, we = array_of(steps, "start_ns", np.int64), array_of(steps, "end_ns", np.int64)
+    busy_per_step = iv.measure_within(act.busy, ws, we)
+    per_step = {f"{bucket}_ns": iv.measure_within(u, ws, we) for bucket, u in sorted(sets.items())}
+    bucket_ns = {b: iv.lengths_sum(u) for b, u in sorted(sets.items())}
+    claim_order = _claim_order(sets, EXCLUSIVE_PRECEDENCE)
     numbers = "in_steps" not in skip
-    bucket_ns, claim_order = {b: iv.lengths_sum(u) for b, u in sorted(sets.items())}, _claim_order(sets, order)
-    del hidden
-    # both splits from one growing union; the sets, about as many intervals as kernels, consumed on the way
-    act.forget("busy")  # rebuilt after the largest merges below, not held through them
+    act.forget("busy")
     exclusive, within = ({}, {}) if "bucket_exclusive" in skip and not numbers else \
-        _exclusive(sets, order, lambda: act.busy, windows if numbers else None)
-    del sets
-    comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
-    whole_top = None if "top_kernels" in skip else top_kernels(act)
-    step_numbers, step_top = in_steps(act, windows, within, whole_top, numbers=numbers)
-    act.forget_derived()  # the unions and launch columns: rebuilt if the findings read them
-    return DeviceSummary(
-        rank=int(rank), device=int(device), name=_device_name(act), trace=str(trace.path),
-        span_ns=hi - lo, busy_ns=busy_ns, idle_ns=(hi - lo) - busy_ns,
-        bucket_ns=bucket_ns,
-        bucket_exclusive_ns={} if "bucket_exclusive" in skip else exclusive,
-        comm_ns=comm_ns, comm_hidden_ns=hidden_ns, comm_exposed_ns=comm_ns - hidden_ns,
-        overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
-        steps=len(steps), step_ns_median=_median(per_step["duration_ns"]),
-        comm_exposed_per_step_ns=_median(per_step["comm_exposed_ns"]),
-        step_source=structure.source, layer_source=layers.source, step_confidence=structure.confidence,
-        step_evidence=structure.evidence, layers_per_step=_layers_per_step(layers.table),
-        comm_streams=comm_streams, compute_streams=compute_streams, comm_serialized_with_compute=serialized,
-        per_step=per_step, per_layer=layers.table,
-        collectives=collectives,
-        top_kernels=empty_frame(TOP_KERNEL_COLUMNS) if whole_top is None else whole_top,
-        top_kernels_in_steps=step_top, in_steps=step_numbers,
-        comm_idle_gaps_ns=empty_frame(GAP_COLUMNS) if "comm_idle_gaps" in skip else
-        comm_idle_gaps(exposed, steps, layers),
-        figures=DeviceFigures(exclusive_precedence=tuple(claim_order), comm_on_compute_stream_pct=on_shared_pct,
-                              kernels=len(act.kernels), memops=len(act.memops), window_ns=(lo, hi),
-                              layers=len(layers.table), warnings=tuple(warnings)),
-        activity=act, layering=layers, host_events=host_events,
-    )
+        _exclusive(sets, EXCLUSIVE_PRECEDENCE, lambda: act.busy, windows if numbers else None)
+    return _Buckets(bucket_ns, claim_order, exclusive, within, busy_per_step, per_step)

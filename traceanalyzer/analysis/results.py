@@ -98,8 +98,6 @@ class DeviceSummary:
     figures: DeviceFigures | None = None  # None in hand-built summaries (tests)
     # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
     activity: Any = field(default=None, repr=False, compare=False)
-    # the analysis.layers.Layers behind per_layer (each kernel's layer), for exports; never in JSON
-    layering: Any = field(default=None, repr=False, compare=False)
     # (step ids, host events a profiler records per step) for the what-if (analysis.what_if_range); never in JSON
     host_events: Any = field(default=None, repr=False, compare=False)
 
@@ -277,6 +275,17 @@ class Finding:
                 "recommendation": self.recommendation, "evidence": self.evidence}
 
 
+@dataclass(frozen=True)
+class SummarySource:
+    """How a summary read its traces: enough to read them again the same way (the export of a Summary whose
+    devices no longer carry their activity, as the Dask engine's). Never in JSON."""
+
+    layer_pattern: str | None
+    rules: str | None = None  # the extra classification rules (a TOML file)
+    window: str | None = None  # "START:END" seconds from the capture start
+    from_files: bool = False  # read from the traces' paths by the summary (False: Traces given, maybe changed)
+
+
 @dataclass
 class Summary:
     """Everything ``summary`` and ``report`` show, for one or several traces (ranks)."""
@@ -291,6 +300,7 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     platform: Any = None  # analysis.platform.PlatformFacts: GPU model, architecture, link, communication paths
+    source: SummarySource | None = field(default=None, repr=False)  # None in hand-built summaries (tests)
 
     def _repr_html_(self) -> str:
         """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
