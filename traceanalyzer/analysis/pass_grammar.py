@@ -9,15 +9,17 @@ Definitions (docs/STRUCTURE.md, "The pass grammar"), on one device's kernels in 
   optimizer. A name whose count is exactly ``K`` and that lies outside the layer blocks is a **pass marker** for
   ``K`` passes when its occurrences interleave with the other such names: the i-th occurrence of every marker lies
   after every (i−1)-th and before every (i+1)-th, so the i-th occurrences are pass i's once-per-pass work.
-* **Pass cut**: between the last marker of pass i and the first of pass i+1, never inside a layer block, at the
-  largest GPU-idle gap there (the host's gap between passes), else right before the next pass's first marker.
+* **Pass cut**: between the last marker of pass i and the first of pass i+1, never inside a layer block: at the
+  largest GPU-idle gap there (the host's gap between passes), right before the next pass's first marker or right
+  after this pass's last, whichever closes the most passes in the window (the idle gap on ties).
 * **Same skeleton**: consecutive passes share most of their kernel names (a forward chunk and a backward chunk of
   different kernels are not two passes of one model).
 
-Of the valid ``K``, the largest wins (a step holds every layer once: a unit holding several passes, such as a
-request of many decode steps, is no step); among counts within 10 % of it (partial passes at the ends), the one
-with the most markers. A window
-with no two passes holds one when it has a layer block between once-per-pass work of names no layer block uses.
+Of the valid ``K``, those whose markers include once-per-pass work by its kernel family (:data:`PASS_WORK`) when any
+do, then the largest (a step holds every layer once: a unit holding several passes, such as a request of many
+decode steps, is no step); among counts within 10 % of it (partial passes at the ends), the one with the most
+markers. A window with no two passes holds one when it has a layer block between once-per-pass work of names no
+layer block uses.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ SAME_LEVEL = 1.1  # marker counts within 10 % of each other mark the same passes
 @dataclass(frozen=True)
 class Passes:
     """Forward passes of a kernel sequence: ``cuts`` (issue positions where passes start; pass ``i`` is
-    ``[cuts[i], cuts[i+1])``, the last one ``[cuts[-2], cuts[-1])``), the marker count ``k`` and the evidence."""
+    ``[cuts[i], cuts[i+1])``, the last one ``[cuts[-2], cuts[-1])``) and the evidence that chose them."""
 
     cuts: np.ndarray
     markers: int  # distinct marker names
@@ -118,12 +120,6 @@ def cover_of(blocks: list[tuple[int, int, int]], n: int, max_period: float) -> n
             edges[s] += 1
             edges[e] -= 1
     return np.cumsum(edges[:-1]) > 0
-
-
-def layer_cover(names: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """Which positions lie in a layer block of a window holding one pass, and the tandem blocks."""
-    blocks = tandem_blocks(names)
-    return cover_of(blocks, len(names), len(names)), blocks
 
 
 def _marker_groups(names: np.ndarray, markers: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -268,14 +264,16 @@ def _hold_layers(cover: np.ndarray, cuts: np.ndarray, count: int, strict: bool =
     return bool((inside >= PASS_LAYER_SHARE).all())
 
 
-def find_passes(names: np.ndarray, gap: np.ndarray, pass_work: np.ndarray | None = None) -> Passes | None:
+def find_passes(names: np.ndarray, gap: np.ndarray, pass_work: np.ndarray | None = None,
+                blocks: list[tuple[int, int, int]] | None = None) -> Passes | None:
     """The passes of a kernel-name sequence in issue order (``gap``: GPU-idle time before each kernel), or None
     when the sequence holds fewer than two passes by the definitions of the module doc. ``pass_work``: the name
-    ids whose kernel family is once-per-pass work (:data:`PASS_WORK`)."""
+    ids whose kernel family is once-per-pass work (:data:`PASS_WORK`); ``blocks``: the sequence's
+    :func:`tandem_blocks` when the caller has them."""
+    blocks = tandem_blocks(names) if blocks is None else blocks
     n = len(names)
     if n < 2 * MIN_PASS_KERNELS:
         return None
-    blocks = tandem_blocks(names)
     ids, inverse, counts = np.unique(names, return_inverse=True, return_counts=True)
     tried = np.unique(counts[(counts >= 2) & (counts <= n // MIN_PASS_KERNELS)])[::-1][:MAX_COUNTS_TRIED]
     found: list[Passes] = []
@@ -311,17 +309,19 @@ def _finest(found: list[Passes]) -> Passes | None:
 def passes_within(names: np.ndarray, gap: np.ndarray, pass_work: np.ndarray | None = None) -> Passes | None:
     """The passes of one annotated range that holds several (see :func:`find_passes`), only where every pass shows
     its layer blocks: a range is split only on evidence that it holds whole passes of a layered model."""
-    found = find_passes(names, gap, pass_work)
+    blocks = tandem_blocks(names)
+    found = find_passes(names, gap, pass_work, blocks)
     if found is None:
         return None
-    cover = cover_of(tandem_blocks(names), len(names), len(names) / found.count)
+    cover = cover_of(blocks, len(names), len(names) / found.count)
     return found if _hold_layers(cover, found.cuts, found.count, strict=True) else None
 
 
-def one_pass(names: np.ndarray) -> tuple[int, int] | None:
+def one_pass(names: np.ndarray, blocks: list[tuple[int, int, int]] | None = None) -> tuple[int, int] | None:
     """``(first, stop)`` positions of the one pass a window holds: layer blocks holding ≥ ``MIN_LAYER_SHARE`` of
     the kernels with once-per-pass work before and after them made of names no layer block uses; else None."""
-    cover, blocks = layer_cover(names)
+    blocks = tandem_blocks(names) if blocks is None else blocks
+    cover = cover_of(blocks, len(names), len(names))
     if not blocks or cover.mean() < MIN_LAYER_SHARE:
         return None
     layer_names = np.unique(names[cover])

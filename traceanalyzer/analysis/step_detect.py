@@ -410,13 +410,14 @@ def detect(act: DeviceActivity) -> Detected | None:
     sequence (:mod:`.pass_grammar`) first, then idle gaps and a once-per-step kernel, then a window holding one
     pass."""
     rows, names, gap = issue_sequence(act)
-    passes = pass_grammar.find_passes(names, gap, pass_work_ids(act, names))
+    blocks = pass_grammar.tandem_blocks(names)
+    passes = pass_grammar.find_passes(names, gap, pass_work_ids(act, names), blocks)
     if passes is not None:
         return _from_passes(act, rows, passes)
     found = [c for c in (from_idle_gaps(act), from_kernel_period(act)) if c is not None]
     if found:
         return _pick(found)
-    one = pass_grammar.one_pass(names)
+    one = pass_grammar.one_pass(names, blocks)
     if one is None:
         return None
     start, end = pass_windows(act, rows, np.array(one, dtype=np.int64))
