@@ -111,3 +111,16 @@ def test_tandem_blocks_fit_their_pass():
     assert {p for _, _, p in blocks} >= {7}
     cover = pg.cover_of(blocks, len(names), len(names) / 10)  # a pass of 31 kernels: the 7-kernel layer fits
     assert cover[1:29].all() and not cover[0]
+
+
+def test_outermost_phase_ranges_match_the_pairwise_definition():
+    from traceanalyzer.analysis.steps import _outermost
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        start = rng.integers(0, 20, n)
+        end = start + rng.integers(0, 10, n)
+        pairwise = ~np.array([bool(((start < a) & (end >= b)).any() | ((start <= a) & (end > b)).any())
+                              for a, b in zip(start, end, strict=True)])
+        assert (_outermost(start, end) == pairwise).all()

@@ -206,6 +206,19 @@ def _well_known_steps(act: DeviceActivity) -> pd.DataFrame | None:
 PHASE_RANGE = re.compile(r"^(?:forward|backward|optimizer|optimizer_step|zero_grad)$", re.IGNORECASE)
 
 
+def _outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which ranges lie inside no other (another starts no later and ends no earlier, and is not the same span)."""
+    order = np.lexsort((-end, start))  # by start, the longest first among equal starts
+    s, e = start[order], end[order]
+    group_first = np.searchsorted(s, s, side="left")  # the first (longest) range of each start
+    reach = np.maximum.accumulate(e)
+    before = np.where(group_first > 0, reach[np.maximum(group_first - 1, 0)], np.iinfo(np.int64).min)
+    nested = (before >= e) | (e[group_first] > e)
+    out = np.empty(len(order), dtype=bool)
+    out[order] = ~nested
+    return out
+
+
 def _phase_steps(act: DeviceActivity) -> pd.DataFrame | None:
     """Iterations marked by phase ranges (``forward``, ``backward``, ``optimizer``; NVTX or record_function): each
     step runs from one outermost ``forward`` range to the next, the last to the end of the phase ranges after it.
@@ -215,10 +228,7 @@ def _phase_steps(act: DeviceActivity) -> pd.DataFrame | None:
     forward = phases[phases["name"].astype(str).str.lower() == "forward"]
     if len(forward) < 2:
         return None
-    start, end = array_of(forward, "start_ns", np.int64), array_of(forward, "end_ns", np.int64)
-    outer = ~np.array([bool(((start < a) & (end >= b)).any() | ((start <= a) & (end > b)).any())
-                       for a, b in zip(start.tolist(), end.tolist(), strict=True)], dtype=bool)
-    forward = forward[outer]
+    forward = forward[_outermost(array_of(forward, "start_ns", np.int64), array_of(forward, "end_ns", np.int64))]
     if len(forward) < 2:
         return None
     starts = array_of(forward, "start_ns", np.int64)
