@@ -8,11 +8,8 @@
 # nsys needs libdw.so.1 and libelf.so.1: unpack the Debian packages libdw1 and libelf1 into .nsysdeps/ (dpkg -x).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
+. examples/device_env.sh  # PY, NSYS, the environment and nsys's libraries
 DEST=${DEST:-build/impacts}
-NSYS=${NSYS:-$(command -v nsys || echo /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys)}
-[ -d .nsysdeps ] && export LD_LIBRARY_PATH=$PWD/.nsysdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 CASES=${CASES:-"graph_dense_b8_l8 graph_dense_b8_l16 graph_dense_b64_l8_big graph_moe_b4_l8 graph_moe_b32_l4
 norm_eager_big norm_graph_big norm_prefill_big sync_graph_small sync_eager_big profcost"}
 TMP=$(mktemp -d)
