@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceanalyzer.analysis.compare import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts
+from traceanalyzer.analysis.device import device_key
 from traceanalyzer.analysis.kernel_match import match_kernels, role_key
 from traceanalyzer.cli import main
 from traceanalyzer.diff_runs import diff
@@ -258,7 +259,8 @@ def test_step_components_always_add_up(kernels, memops, n_steps) -> None:
                        memops=[(s, s + d, 0, 3, kind) for s, d, kind in memops])
     summary = summarize([trace])
     for dev in summary.devices:
-        frame = step_components(dev, summary.cross_rank, list(EXCLUSIVE_PRECEDENCE))
+        frame = step_components(dev, summary.states[device_key(dev)].activity, summary.cross_rank,
+                                list(EXCLUSIVE_PRECEDENCE))
         parts = frame[component_columns(frame)].to_numpy()
         assert (parts >= 0).all()
         assert (parts.sum(axis=1) == frame["duration_ns"].to_numpy()).all()
@@ -300,8 +302,8 @@ def test_a_ready_summary_is_a_side_and_is_left_intact() -> None:
 
     summary = summarize([stepped_trace(100, 20)])
     result = diff(summary, stepped_trace(110, 30))
-    assert result.step["delta_ns"] == 10 and summary.devices[0].activity is not None
-    assert result.before.summary.devices[0].activity is None  # the side keeps no loaded trace
+    assert result.step["delta_ns"] == 10 and summary.states
+    assert result.before.summary.states == {}  # the side keeps no loaded trace
 
 
 def test_a_side_holding_two_runs_is_not_comparable() -> None:

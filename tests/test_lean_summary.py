@@ -12,6 +12,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.analysis.activity import LAUNCH_COLUMNS, gather
+from traceanalyzer.analysis.device import device_key
 from traceanalyzer.classify.rules import rule_set
 from traceanalyzer.classify.trace_columns import classify_name_ids
 from traceanalyzer.pipeline import load_for_summary
@@ -117,7 +118,7 @@ def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
         assert len(owned[0].tables[name]) == 0
     assert owned[0].capabilities["api_starts_released"] == "all"
     assert json.dumps(released.to_json(), sort_keys=True, default=str) == kept
-    assert all(d.host_events is not None for d in released.devices)
+    assert all(released.states[device_key(d)].host_events is not None for d in released.devices)
 
 
 def test_without_rank_keeps_the_other_ranks_counts() -> None:

@@ -51,7 +51,7 @@ def _check_replicated(shared_data: Path, tmp: Path, n: int) -> None:
                                                     for r in range(n)}
     assert many.what_if.comm_free_step_saving_ns == pair.what_if.comm_free_step_saving_ns is not None
     assert many.what_if.basis == pair.what_if.basis
-    assert {r: v for r, v in many.what_if.details["ranks"].items() if int(r) < 2} == pair.what_if.details["ranks"]
+    assert {r: v for r, v in many.what_if.to_json()["ranks"].items() if int(r) < 2} == pair.what_if.to_json()["ranks"]
     assert [_finding(f) for f in many.findings] == [_finding(f) for f in pair.findings]
     assert many.findings, "the serial decode has exposed communication"
 

@@ -140,7 +140,7 @@ def test_missing_ranks_make_cross_rank_results_partial():
     cross = s.to_json()["cross_rank"]
     assert list(cross)[-3:] == ["partial", "ranks_missing", "world_size"]  # the JSON contract's keys, last
     assert (cross["partial"], cross["ranks_missing"], cross["world_size"]) == (True, 6, 8)
-    assert s.what_if.details["partial"] is True and s.what_if.details["confidence"] == "low"
+    assert s.what_if.to_json()["partial"] is True and s.what_if.to_json()["confidence"] == "low"
     assert "6 of 8 ranks are missing" in " ".join(s.warnings)
 
 

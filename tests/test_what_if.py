@@ -67,9 +67,9 @@ def test_gpu_bound_saving_is_the_transfer_of_the_rank_others_wait_for() -> None:
     w = _estimate(_gpu_bound(0, 400), _gpu_bound(1, 450))
     assert w.comm_free_step_saving_ns == 150
     assert w.basis == "gpu_transfer"
-    assert w.details["limiting_rank_by_step"] == {"1": 1}
-    assert w.details["ranks"]["0"]["wait_ns"] == 50 and w.details["ranks"]["0"]["exposed_ns"] == 200
-    assert w.details["ranks"]["1"]["bound"] == "gpu"
+    assert w.to_json()["limiting_rank_by_step"] == {"1": 1}
+    assert w.to_json()["ranks"]["0"]["wait_ns"] == 50 and w.to_json()["ranks"]["0"]["exposed_ns"] == 200
+    assert w.to_json()["ranks"]["1"]["bound"] == "gpu"
 
 
 def test_single_rank_takes_transfer_from_its_fastest_instances() -> None:
@@ -82,9 +82,9 @@ def test_single_rank_takes_transfer_from_its_fastest_instances() -> None:
     one = _rank(0, kernels, [(450, 150, 150, 2), (1_200, 400, 400, 4)], api=api,
                 steps=((1, 0, 1_000), (2, 1_000, 2_000)))
     w = estimate_comm_free([one[0]], [one[1]], None)
-    assert w.details["saving_ns_by_step"] == {"1": 150, "2": 175}
-    assert w.details["ranks"]["0"]["wait_ns"] == (0 + 225) // 2
-    assert "10th percentile" in w.details["note"]
+    assert w.to_json()["saving_ns_by_step"] == {"1": 150, "2": 175}
+    assert w.to_json()["ranks"]["0"]["wait_ns"] == (0 + 225) // 2
+    assert "10th percentile" in w.to_json()["note"]
 
 
 def _host_bound(rank: int, next_launch: int = 450) -> tuple[Trace, DeviceSummary]:
@@ -103,9 +103,9 @@ def test_host_bound_saving_is_the_host_time_of_the_whole_call() -> None:
     # the whole call, c10d::allreduce_ [250, 380); the GPU then waits 140 for gemm_b (> 130). NCCL's issue
     # alone, nccl:all_reduce [270, 360), is reported beside it
     assert w.comm_free_step_saving_ns == 130
-    assert w.details["issue_only_saving_ns"] == 90
+    assert w.to_json()["issue_only_saving_ns"] == 90
     assert w.basis == "host_launch"
-    r0 = w.details["ranks"]["0"]
+    r0 = w.to_json()["ranks"]["0"]
     assert r0["host_issue_critical_ns"] == 130 and r0["launch_bound_collectives_per_step"] == 1
     assert r0["host_issue_ns"] == 130 and r0["host_nccl_issue_ns"] == 90
     assert r0["issue_source"] == "cpu_op" and r0["comm_launch_bound_pct"] == 100.0
@@ -124,8 +124,8 @@ def test_one_call_making_two_collectives_counts_once_and_stays_capped() -> None:
     ranks = [_rank(r, kernels, [(312, 10, 10, 2), (612, 10, 10, 4)], api=api, ranges=ranges) for r in (0, 1)]
     w = _estimate(*ranks)
     assert w.comm_free_step_saving_ns == 240
-    assert w.details["issue_only_saving_ns"] == 180
-    assert w.details["ranks"]["1"]["host_issue_ns"] == 460
+    assert w.to_json()["issue_only_saving_ns"] == 180
+    assert w.to_json()["ranks"]["1"]["host_issue_ns"] == 460
 
 
 def test_cpu_ops_slowed_right_after_a_call_count_against_their_far_median() -> None:
@@ -163,7 +163,7 @@ def test_nccl_only_range_is_widened_to_the_cuda_calls_of_the_issuing_call() -> N
     ranges = [(240, 400, "user_annotation", "allreduce"), (298, 312, "user_annotation", "ncclAllReduce")]
     ranks = [_rank(r, kernels, [(312, 10, 10, 2)], api=api, ranges=ranges) for r in (0, 1)]
     w = _estimate(*ranks)
-    assert w.details["issue_only_saving_ns"] == 360 - 250
+    assert w.to_json()["issue_only_saving_ns"] == 360 - 250
     # the whole call [240, 400) is 160, capped at the GPU waiting after it (gemm_b: 462 − 322)
     assert w.comm_free_step_saving_ns == 140
     assert w.basis == "host_launch"
@@ -184,7 +184,7 @@ def test_an_issuing_call_held_up_far_beyond_its_kind_counts_four_usual_calls() -
     w = _estimate(*ranks)
     assert w.basis == "host_launch"
     assert w.comm_free_step_saving_ns == 4 * 90 + 4 * 90  # not 4 × 90 + 3_060
-    assert w.details["ranks"]["0"]["host_issue_ns"] == 720
+    assert w.to_json()["ranks"]["0"]["host_issue_ns"] == 720
 
 
 def test_host_saving_is_capped_by_the_gpu_waiting_that_follows() -> None:
@@ -198,7 +198,7 @@ def test_host_bound_without_cpu_ops_uses_the_launch_call() -> None:
     bare = trace.with_table("ranges", make_trace().ranges)
     w = estimate_comm_free([bare], [dev], None)
     assert w.comm_free_step_saving_ns == 10  # cuLaunchKernelEx [300, 310) (ties with the 10 ns kernel)
-    assert w.details["ranks"]["0"]["issue_source"] == "launch_api"
+    assert w.to_json()["ranks"]["0"]["issue_source"] == "launch_api"
 
 
 def test_mixed_when_host_and_gpu_segments_share_the_saving() -> None:
@@ -213,8 +213,8 @@ def test_mixed_when_host_and_gpu_segments_share_the_saving() -> None:
     one = _rank(0, kernels, [(312, 10, 10, 2, 1 << 20), (800, 100, 100, 5, 8 << 20)], api=api, ranges=ranges)
     w = estimate_comm_free([one[0]], [one[1]], None)
     assert w.comm_free_step_saving_ns == 100 + 100
-    assert w.basis == "mixed" and w.details["host_share_pct"] == 50.0
-    assert w.details["ranks"]["0"]["host_syncs"] == 1
+    assert w.basis == "mixed" and w.to_json()["host_share_pct"] == 50.0
+    assert w.to_json()["ranks"]["0"]["host_syncs"] == 1
 
 
 def test_contention_counts_compute_slowed_beside_communication() -> None:
@@ -226,7 +226,7 @@ def test_contention_counts_compute_slowed_beside_communication() -> None:
     one = _rank(0, kernels, [(600, 100, 0, 5)], api=api)
     w = estimate_comm_free([one[0]], [one[1]], None)
     assert w.comm_free_step_saving_ns == 60
-    assert w.details["ranks"]["0"]["contention_ns"] == 60
+    assert w.to_json()["ranks"]["0"]["contention_ns"] == 60
 
 
 def test_dependency_latency_around_a_collective_counts_beyond_the_usual_gap() -> None:
@@ -239,12 +239,12 @@ def test_dependency_latency_around_a_collective_counts_beyond_the_usual_gap() ->
     one = _rank(0, kernels, [(320, 80, 80, 4)], api=api)
     w = estimate_comm_free([one[0]], [one[1]], None)
     assert w.comm_free_step_saving_ns == 80 + 16 + 6
-    assert w.details["ranks"]["0"]["dependency_latency_ns"] == 22
+    assert w.to_json()["ranks"]["0"]["dependency_latency_ns"] == 22
 
 
 def test_gap_before_a_launch_bound_collective_is_host_waiting_not_latency() -> None:
     w = _estimate(_host_bound(0), _host_bound(1))
-    assert w.details["ranks"]["0"]["dependency_latency_ns"] == 0
+    assert w.to_json()["ranks"]["0"]["dependency_latency_ns"] == 0
 
 
 def test_no_communication_saves_nothing() -> None:
@@ -306,9 +306,9 @@ def test_shared_eager_decode_gets_a_host_bound_range_without_a_truth(shared_data
     that spans the whole calls up to the host work slowed around them, with NCCL's issue alone below it."""
     kineto = shared_data / "h200" / "kineto"
     est, what_if = _kineto_estimate_ms(kineto, "decode_serial")
-    low, high = (v / 1e6 for v in what_if.details["range_ns"])
-    assert what_if.basis == "host_launch" and what_if.details["range_basis"] == ["host_calls", "host_slowdown"]
-    assert what_if.details["issue_only_saving_ns"] / 1e6 < low <= est < high
+    low, high = (v / 1e6 for v in what_if.to_json()["range_ns"])
+    assert what_if.basis == "host_launch" and what_if.to_json()["range_basis"] == ["host_calls", "host_slowdown"]
+    assert what_if.to_json()["issue_only_saving_ns"] / 1e6 < low <= est < high
 
 
 def test_separate_launches_of_one_workload_disagree() -> None:
@@ -338,7 +338,7 @@ def test_cuda_graph_decode_is_gpu_bound(shared_data: Path) -> None:
     assert s.cross_rank is not None
     transfer = s.cross_rank.transfer_ns_per_step
     saving = s.what_if.comm_free_step_saving_ns
-    limiting = s.what_if.details["ranks"][str(s.what_if.details["limiting_rank_by_step"]["3"])]
+    limiting = s.what_if.to_json()["ranks"][str(s.what_if.to_json()["limiting_rank_by_step"]["3"])]
     # 32 all-reduces with ~1.9 µs of node latency each beyond the usual 0.4 µs gap between kernels
     assert 32 * 1_000 <= limiting["dependency_latency_ns"] <= 32 * 3_000
     assert abs(saving - transfer - limiting["dependency_latency_ns"]) <= 0.1 * transfer
@@ -371,11 +371,11 @@ def test_collectives_outside_every_step_do_not_break_the_estimate() -> None:
     kernels = [(0, 100, 0, 7, "gemm", "gemm", None, 1), (1_500, 1_600, 0, 7, NCCL, "communication", "all_reduce", 2)]
     outside = _rank(0, kernels, [(1_500, 100, 100, 2)])  # the only step is [0, 1000)
     w = estimate_comm_free([outside[0]], [outside[1]], None)
-    assert w.comm_free_step_saving_ns is None and w.details["steps_used"] == 0
+    assert w.comm_free_step_saving_ns is None and w.to_json()["steps_used"] == 0
     inside = _rank(1, [(0, 100, 0, 7, "gemm", "gemm", None, 1),
                        (500, 600, 0, 7, NCCL, "communication", "all_reduce", 2)], [(500, 100, 100, 2)])
     w = estimate_comm_free([outside[0], inside[0]], [outside[1], inside[1]], None)
-    assert w.comm_free_step_saving_ns == 100 and "note" in w.details["ranks"]["0"]
+    assert w.comm_free_step_saving_ns == 100 and "note" in w.to_json()["ranks"]["0"]
 
 
 def test_project_fixture_prefill_serial_within_25_percent() -> None:
@@ -423,8 +423,8 @@ def test_project_fixture_misses_are_truth_spread_and_inside_the_range(mode: str)
     w = _fixture_kineto(mode).what_if
     est = w.comm_free_step_saving_ns / 1e6
     assert abs(est / separate - 1) > 0.25  # the miss: −31 % / −46 % / −44 %
-    low, high = (v / 1e6 for v in w.details["range_ns"])
-    assert low <= separate <= high and w.details["confidence"] != "high"
+    low, high = (v / 1e6 for v in w.to_json()["range_ns"])
+    assert low <= separate <= high and w.to_json()["confidence"] != "high"
     twin = _ab_kineto(_FIXTURE_MISSES[mode]).what_if.comm_free_step_saving_ns / 1e6
     assert abs(twin / same_process - 1) <= 0.25
     assert separate > same_process  # the separate-launch truth lies above the same-process one: 0.22 / 1.28 / 0.06
@@ -514,7 +514,7 @@ def test_nccl_issue_alone_reaches_a_fraction_of_the_host_bound_cost(run: str) ->
     call was counted) gives 22–47 % of the measured cost on these runs."""
     truth, _ = _ab_truth_ms(run)
     w = _ab_kineto(run).what_if
-    issue_only = w.details["issue_only_saving_ns"] / 1e6
+    issue_only = w.to_json()["issue_only_saving_ns"] / 1e6
     assert issue_only < w.comm_free_step_saving_ns / 1e6
     assert 0.2 < issue_only / truth < 0.5, (issue_only, truth)
 
@@ -523,7 +523,7 @@ def test_nccl_issue_alone_reaches_a_fraction_of_the_host_bound_cost(run: str) ->
 def test_calls_without_kernels_count_as_host_time(run: str) -> None:
     """World size 1: NCCL launches nothing, yet each call holds the host ~0.12 ms (0.10–0.12 ms unprofiled)."""
     w = _ab_kineto(run).what_if
-    r0 = w.details["ranks"]["0"]
+    r0 = w.to_json()["ranks"]["0"]
     assert r0["calls_without_kernels"] > 0 and r0["exposed_ns"] == 0
     assert r0["collectives_per_step"] == (8 if "eager" in run else 32)
     assert 0.1e6 < r0["host_issue_ns"] / r0["collectives_per_step"] < 0.16e6
@@ -604,10 +604,10 @@ def test_range_holds_the_measured_cost_on_every_validated_case(tmp_path: Path) -
         shutil.copyfileobj(src, dst)
     for name, files, truth in _validated_cases(shared, unpacked):
         w = _summary(files).what_if
-        low, high = w.details["range_ns"]
+        low, high = w.to_json()["range_ns"]
         assert low <= truth * 1e6 <= high, (name, low, truth, high)
-        assert low <= w.comm_free_step_saving_ns <= high and set(w.details["range_basis"]) <= readings
-        assert w.details["confidence"] in ("high", "medium", "low")
+        assert low <= w.comm_free_step_saving_ns <= high and set(w.to_json()["range_basis"]) <= readings
+        assert w.to_json()["confidence"] in ("high", "medium", "low")
 
 
 def test_profiler_weighing_on_real_runs(shared_data: Path) -> None:
@@ -619,9 +619,9 @@ def test_profiler_weighing_on_real_runs(shared_data: Path) -> None:
     for case, basis in (("prefill_serial", "gpu_transfer"), ("prefill_overlap", "mixed")):
         truth, _ = truth_delta_ms(kineto, case)
         est, w = _kineto_estimate_ms(kineto, case)
-        weighed = [r for r in w.details["ranks"].values() if r["gpu_weight"] > 0]
+        weighed = [r for r in w.to_json()["ranks"].values() if r["gpu_weight"] > 0]
         assert weighed and all(r["own_ns"] < r["as_profiled_ns"] for r in weighed)
-        assert w.basis == basis and w.details["confidence"] == "low" and w.details["profiler_weighed_steps"] > 0
+        assert w.basis == basis and w.to_json()["confidence"] == "low" and w.to_json()["profiler_weighed_steps"] > 0
         assert abs(est / truth - 1) <= 0.25, (case, est, truth)
     for run in ("decode_eager_a", "decode_hostsync_d", "tp1_decode_hostsync_d"):
-        assert _ab_kineto(run).what_if.details["profiler_weighed_steps"] == 0
+        assert _ab_kineto(run).what_if.to_json()["profiler_weighed_steps"] == 0

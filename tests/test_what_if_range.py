@@ -53,35 +53,35 @@ def test_idle_explained_by_the_profiler_takes_the_gpu_reading() -> None:
     # 16 events × 2 µs = 32 µs: the profiler explains all 32 µs of idle → the GPU reading alone
     assert what_if.PROFILER_NS_PER_EVENT == 2 * US and what_if.MARGINAL_RATIO == (1.0, 1.5)
     w = _what_if(13)
-    r0 = w.details["ranks"]["0"]
+    r0 = w.to_json()["ranks"]["0"]
     assert r0["profiler_ns"] == 32 * US and r0["idle_ns"] == 32 * US and r0["gpu_weight"] == 1.0
     assert r0["as_profiled_ns"] == 20 * US and r0["gpu_reading_ns"] == 10 * US
     assert w.comm_free_step_saving_ns == 10 * US and w.basis == "gpu_transfer"
     # low: the GPU reading −10 %; high: the host reading as profiled +10 % (no idle left for a slowdown)
-    assert w.details["range_ns"] == [9 * US, 22 * US]
-    assert w.details["range_basis"] == ["gpu_transfer", "host_as_profiled"]
-    assert w.details["confidence"] == "low" and w.details["profiler_weighed_steps"] == 1
+    assert w.to_json()["range_ns"] == [9 * US, 22 * US]
+    assert w.to_json()["range_basis"] == ["gpu_transfer", "host_as_profiled"]
+    assert w.to_json()["confidence"] == "low" and w.to_json()["profiler_weighed_steps"] == 1
 
 
 def test_idle_well_beyond_the_profiler_keeps_the_host_reading() -> None:
     # 9 events: 18 µs of profiler time against 32 µs idle (ratio 1.8 ≥ 1.5) → the host reading as profiled
     w = _what_if(6)
-    assert w.details["ranks"]["0"]["gpu_weight"] == 0.0
+    assert w.to_json()["ranks"]["0"]["gpu_weight"] == 0.0
     assert w.comm_free_step_saving_ns == 20 * US and w.basis == "host_launch"
-    assert w.details["range_ns"] == [18 * US, 22 * US]
-    assert w.details["range_basis"] == ["host_calls", "host_as_profiled"]
-    assert w.details["confidence"] == "high" and w.details["profiler_weighed_steps"] == 0
+    assert w.to_json()["range_ns"] == [18 * US, 22 * US]
+    assert w.to_json()["range_basis"] == ["host_calls", "host_as_profiled"]
+    assert w.to_json()["confidence"] == "high" and w.to_json()["profiler_weighed_steps"] == 0
 
 
 def test_partly_explained_idle_weighs_the_two_readings_linearly() -> None:
     # 13 events: 26 µs → ratio 32/26 = 1.231 → GPU weight (1.5 − 1.231) / 0.5 = 0.538 → 20 − 0.538 × 10 µs
     w = _what_if(10)
     weight = (what_if.MARGINAL_RATIO[1] - 32 / 26) / (what_if.MARGINAL_RATIO[1] - what_if.MARGINAL_RATIO[0])
-    assert w.details["ranks"]["0"]["gpu_weight"] == round(weight, 2)
+    assert w.to_json()["ranks"]["0"]["gpu_weight"] == round(weight, 2)
     assert w.comm_free_step_saving_ns == round(20 * US - weight * 10 * US)
-    low, high = w.details["range_ns"]
+    low, high = w.to_json()["range_ns"]
     assert low == int(10 * US * (1 - what_if.RESOLUTION_SHARE)) and high == pytest.approx(22 * US)
-    assert low <= w.comm_free_step_saving_ns <= high and w.details["confidence"] == "low"
+    assert low <= w.comm_free_step_saving_ns <= high and w.to_json()["confidence"] == "low"
 
 
 def test_gpu_bound_range_reaches_the_time_not_spent_computing() -> None:
@@ -102,9 +102,9 @@ def test_gpu_bound_range_reaches_the_time_not_spent_computing() -> None:
     # the 200 ns transfer (the 50 ns gap after it is the device's usual gap: no dependency latency); high: idle 50
     # + exposed 200
     assert w.basis == "gpu_transfer" and w.comm_free_step_saving_ns == 200
-    assert w.details["range_basis"] == ["estimate", "gpu_not_computing"]
-    assert w.details["range_ns"] == [180, int(np.ceil(250 * 1.1))]
-    assert w.details["confidence"] == "medium"  # 275 > 1.5 × 180
+    assert w.to_json()["range_basis"] == ["estimate", "gpu_not_computing"]
+    assert w.to_json()["range_ns"] == [180, int(np.ceil(250 * 1.1))]
+    assert w.to_json()["confidence"] == "medium"  # 275 > 1.5 × 180
 
 
 def test_summary_json_carries_the_range(capsys: pytest.CaptureFixture[str]) -> None:

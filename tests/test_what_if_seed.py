@@ -78,8 +78,8 @@ def test_seed_replay_what_if_within_5_percent_of_exact(seed_what_if) -> None:  #
 
 def test_seed_replay_charges_no_inter_pass_gap_to_an_all_reduce(seed_what_if) -> None:  # type: ignore[no-untyped-def]
     w, _ = seed_what_if
-    for rank in w.details["ranks"].values():
+    for rank in w.to_json()["ranks"].values():
         assert rank["dependency_latency_ns"] < 10_000  # µs-scale, not the 2.5 ms host gap
         assert rank["step_gap_after_comm_ns"] >= HOST_GAP * 0.9  # the gap is its own component
-    low, high = w.details["range_ns"]
+    low, high = w.to_json()["range_ns"]
     assert low <= w.comm_free_step_saving_ns <= high

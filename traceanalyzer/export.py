@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .analysis.layers import Layers
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
-    from .stages import DeviceKey
 
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
 _WHERE = ["trace_id", "rank", "device"]
@@ -82,7 +81,7 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
                           gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}),
                           **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
         check_output(target, [t.path for t in run.summary.traces], append=append)
-        return write_database(run.summary, target, append=append, layering=run.device_layers())
+        return write_database(run.summary, target, append=append)
     check_output(target, [t.path for t in summary.traces], append=append)
     return write_database(summary, target, append=append)
 
@@ -112,10 +111,9 @@ def _check_appendable(target: Path) -> None:
                             "--append adds to a database that traceanalyzer export wrote")
 
 
-def write_database(summary: Summary, output: PathLike, *, append: bool = False,
-                   layering: Mapping[DeviceKey, Layers] | None = None) -> ExportResult:
+def write_database(summary: Summary, output: PathLike, *, append: bool = False) -> ExportResult:
     """Write ``summary`` to ``output``: its results, and each device's kernels and memops with their step and
-    layer (:func:`device_rows`; ``layering``: the layers the summary's analysis found, else found again).
+    layer (:func:`device_rows`).
 
     The database is built in a temporary file beside ``output`` (a copy of it with ``append``) and renamed over
     it by ``output.write_built``, so ``output`` is either the old database or the complete new one.
@@ -125,7 +123,7 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False,
     import sqlite_utils
 
     target = Path(output)
-    rows = device_rows(summary, layering or {})
+    rows = device_rows(summary)
     from .output import write_built
 
     written: list[ExportResult] = []
@@ -152,23 +150,24 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False,
 DeviceRows = tuple["DeviceActivity", "Layers"]
 
 
-def device_rows(summary: Summary, layering: Mapping[DeviceKey, Layers]) -> Callable[[DeviceSummary], DeviceRows]:
-    """Where each device's kernel and memop rows come from: its activity — the one its analysis kept, else its
-    trace file read again as the summary read it (``Summary.source``: a Summary of the Dask engine, whose traces
-    stayed on the workers) — and its layers: ``layering`` (the summary's work), else found again from the activity
-    and the device's steps, as its analysis found them. Files are read again (all at once) before anything is
-    written: one that cannot be is refused first."""
+def device_rows(summary: Summary) -> Callable[[DeviceSummary], DeviceRows]:
+    """Where each device's kernel and memop rows come from: its working state as the summary's analysis left it
+    (``Summary.states``: its activity and layers), else its trace file read again as the summary read it
+    (``Summary.source``: a Summary of the Dask engine, whose traces stayed on the workers) and its layers found
+    again from the activity and the device's steps, as its analysis found them. Files are read again (all at
+    once) before anything is written: one that cannot be is refused first."""
     from .analysis.activity import gather
+    from .analysis.device import device_key
     from .analysis.layers import layer_table
 
     traces: dict[str, Trace] = {}
-    lacking = [d for d in summary.devices if d.activity is None]
+    lacking = [d for d in summary.devices if device_key(d) not in summary.states]
     if lacking:
         source = summary.source
         if source is None or not source.from_files:
             where = ", ".join(f"rank {d.rank} GPU {d.device}" for d in lacking)
-            raise ValueError(f"the Summary's devices carry no activity ({where}) and it was not read from files: "
-                             "pass the traces")
+            raise ValueError(f"the Summary keeps no working state for its devices ({where}) and it was not read "
+                             "from files: pass the traces")
         from .pipeline import load_for_summary
 
         paths = [t.path for t in summary.traces]
@@ -176,12 +175,12 @@ def device_rows(summary: Summary, layering: Mapping[DeviceKey, Layers]) -> Calla
         traces = {str(t.path): t for t in loaded}
 
     def rows_of(dev: DeviceSummary) -> DeviceRows:
-        act = dev.activity if dev.activity is not None else gather(traces[dev.trace], dev.rank, dev.device)
-        layers = layering.get((dev.trace, dev.rank, dev.device))
-        if layers is None:
-            pattern = summary.source.layer_pattern if summary.source is not None else DEFAULT_LAYER_PATTERN
-            layers = layer_table(act, dev.per_step, pattern, numbers=False)
-        return act, layers
+        state = summary.states.get(device_key(dev))
+        if state is not None:
+            return state.activity, state.layering
+        act = gather(traces[dev.trace], dev.rank, dev.device)
+        pattern = summary.source.layer_pattern if summary.source is not None else DEFAULT_LAYER_PATTERN
+        return act, layer_table(act, dev.per_step, pattern, numbers=False)
 
     return rows_of
 

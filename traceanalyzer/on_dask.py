@@ -35,6 +35,7 @@ from .trace import PathLike, Trace
 if TYPE_CHECKING:
     from distributed import Client, Future
 
+    from .analysis.device import DeviceKey, DeviceState
     from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, WhatIf
     from .analysis.summary import SummaryOptions
     from .analysis.what_if import RankCosts
@@ -119,6 +120,7 @@ class DaskTraceWork:
                  options: SummaryOptions) -> None:
         self.client, self.traces, self.full_parts, self.options = client, traces, full_parts, options
         self.parts: list[TracePart] = []  # the compact parts, once gathered
+        self.states: dict[DeviceKey, DeviceState] = {}  # the devices' working state stays on the workers
         self._evidence: list[Future[Any]] | None = None
         if options.findings:
             self._submit_evidence()
@@ -181,13 +183,13 @@ def _compact(part: TracePart) -> TracePart:
 def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any], with_range: bool) -> dict[int, RankCosts]:
     from .analysis.what_if import trace_comm_costs
 
-    return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range)
+    return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range, states=part.device_states())
 
 
 def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, DeviceEvidence]:
     from .findings import materialized_evidence
 
-    return materialized_evidence(trace, part.devices, options)
+    return materialized_evidence(trace, part.devices, options, states=part.device_states())
 
 
 # -- the late evidence figures (findings.evidence.LATE_FIGURES) ----------------------------------------------------
@@ -209,7 +211,7 @@ def _late_evidence(trace: Trace, part: TracePart, wanted: set[tuple[int, int]], 
     from .findings.evidence import LATE_FIGURES
 
     return materialized_evidence(trace, [d for d in part.devices if (d.rank, d.device) in wanted], options,
-                                 figures=LATE_FIGURES)
+                                 figures=LATE_FIGURES, states=part.device_states())
 
 
 def _absorb(evidence: dict[EvidenceKey, DeviceEvidence], late: dict[EvidenceKey, DeviceEvidence]) -> None:

@@ -22,12 +22,11 @@ from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
 from .api import load_files, load_many, require_kernels
 from .errors import BadInputError
 from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
-from .stages import DeviceKey, LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
+from .stages import LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
 from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
     from .analysis.hta_compat import HtaCompatResult
-    from .analysis.layers import Layers
     from .analysis.results import Summary
     from .analysis.summary import SummaryOptions
 
@@ -53,10 +52,6 @@ class SummaryRun:
     traces: list[Trace]
     parts: list[TracePart]
 
-    def device_layers(self) -> dict[DeviceKey, Layers]:
-        """Each device's layers by (trace path, rank, device), as its analysis found them."""
-        return {key: layers for p in self.parts for key, layers in p.device_layers().items()}
-
 
 def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tuple[Trace, TracePart]],
                own: bool = False) -> SummaryRun:
@@ -74,7 +69,8 @@ def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tu
             analyze_trace(trace, opts, release=own)
 
     parts = [part(t) for t in trace_list]
-    result = reduce_parts(parts, opts, LocalTraceWork(trace_list))
+    states = {key: state for p in parts for key, state in p.device_states().items()}
+    result = reduce_parts(parts, opts, LocalTraceWork(trace_list, states))
     result.source = SummarySource(opts.layer_pattern)
     return SummaryRun(result, trace_list, parts)
 

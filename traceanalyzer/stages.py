@@ -20,21 +20,17 @@ from .trace import PathLike, Table, Trace, TraceHeader
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .analysis.layers import Layers
+    from .analysis.device import DeviceKey, DeviceState
     from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
     from .analysis.summary import SummaryOptions
-
-#: A device of a summary: (trace path, rank, device).
-DeviceKey = tuple[str, int, int]
-
 
 
 @dataclass
 class TracePart:
     """One trace file's share of a summary, computed where the trace is (:func:`analyze_trace`): its header,
-    meta, per-device summaries, GPU-metric aggregates and warnings, and each device's layers. :meth:`compact` drops
-    what only later work on the same trace reads (each device's activity tables and layers), so it can travel to a
-    driver that never holds a trace."""
+    meta, per-device summaries, GPU-metric aggregates and warnings, and each device's working state. :meth:`compact`
+    drops what only later work on the same trace reads (the states), so it can travel to a driver that never holds
+    a trace."""
 
     header: TraceHeader
     meta: TraceMeta
@@ -42,18 +38,18 @@ class TracePart:
     gpu_metrics: pd.DataFrame | None
     warnings: list[str]
     platform: Any = None  # analysis.platform.TracePlatform: the GPUs, kernel families, communication paths
-    layering: list[Layers] = field(default_factory=list)  # each device's layers (``analysis.device.DeviceWork``)
+    states: list[DeviceState] = field(default_factory=list)  # each device's (``analysis.device.DeviceWork``)
 
     def compact(self) -> TracePart:
-        return replace(self, devices=[replace(d, activity=None) for d in self.devices], layering=[])
+        return replace(self, states=[])
 
-    def device_layers(self) -> dict[DeviceKey, Layers]:
-        """Each device's layers (the layer of each kernel), by (trace path, rank, device)."""
-        return {(d.trace, d.rank, d.device): layers for d, layers in zip(self.devices, self.layering, strict=True)}
+    def device_states(self) -> dict[DeviceKey, DeviceState]:
+        """Each device's working state by (trace path, rank, device); none in a compact part."""
+        return {(d.trace, d.rank, d.device): state for d, state in zip(self.devices, self.states, strict=False)}
 
 
 #: Tables only the map step reads (an nsys export's every API call start, counted per step with each device's
-#: analysis: ``DeviceSummary.host_events``).
+#: analysis: ``DeviceState.host_events``).
 MAP_ONLY_TABLES = ("api_starts", "api_start_blocks")
 
 
@@ -78,7 +74,7 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
     return TracePart(header=trace.header(), meta=trace_meta(trace), devices=[w.summary for w in works],
                      gpu_metrics=metrics if metrics is not None and len(metrics) else None,
                      warnings=list(trace.warnings), platform=trace_platform(trace),
-                     layering=[w.layering for w in works])
+                     states=[w.state for w in works])
 
 
 def _release_starts(trace: Trace, rank: int | None) -> None:
@@ -103,6 +99,9 @@ def _release_starts(trace: Trace, rank: int | None) -> None:
 class TraceWork(Protocol):
     """What a summary's reduce asks of the place where the traces are, once cross-rank matching is done."""
 
+    #: the devices' working state the Summary keeps (``Summary.states``): none where the traces are elsewhere
+    states: dict[DeviceKey, DeviceState]
+
     def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
                   with_range: bool) -> WhatIf:
         """The "if communication were free" estimate of the primary run (``analysis.what_if``); its range too
@@ -113,22 +112,24 @@ class TraceWork(Protocol):
 
 
 class LocalTraceWork:
-    """:class:`TraceWork` over traces held in this process."""
+    """:class:`TraceWork` over traces held in this process, with their devices' working state (``states``: from
+    the map step's parts)."""
 
-    def __init__(self, traces: list[Trace]) -> None:
+    def __init__(self, traces: list[Trace], states: dict[DeviceKey, DeviceState] | None = None) -> None:
         self.traces = traces
+        self.states = states or {}
 
     def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
                   with_range: bool) -> WhatIf:
         from .analysis.what_if import estimate_comm_free
 
         return estimate_comm_free([t for t in self.traces if str(t.path) in run_paths], run_devices, cross,
-                                  with_range=with_range)
+                                  with_range=with_range, states=self.states)
 
     def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
         from .findings import run_findings
 
-        return run_findings(self.traces, result, options)
+        return run_findings(self.traces, result, options, states=self.states)
 
 
 def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWork) -> Summary:
@@ -155,7 +156,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     warnings += run_warnings(runs)
     frames = [p.gpu_metrics for p in parts if p.gpu_metrics is not None]
     result = Summary(traces=[p.meta for p in parts], devices=devices, cross_rank=cross, what_if=what_if,
-                     warnings=warnings, gpu_metrics=_concat(frames),
+                     warnings=warnings, gpu_metrics=_concat(frames), states=work.states,
                      extra={"runs": [r.to_json() for r in runs],
                             "ranks_missing": sum(r.ranks_missing for r in runs)})
     result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)

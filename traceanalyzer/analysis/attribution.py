@@ -66,23 +66,23 @@ def _host_bound_gaps(act: DeviceActivity, lo: int, hi: int) -> iv.Intervals:
     return gs[host], ge[host]
 
 
-def step_components(dev: DeviceSummary, cross: CrossRankSummary | None, order: list[str]) -> pd.DataFrame:
+def step_components(dev: DeviceSummary, act: DeviceActivity | None, cross: CrossRankSummary | None,
+                    order: list[str]) -> pd.DataFrame:
     """One row per step of ``dev`` (its ``per_step`` windows), one int64 column per component plus ``step`` and
     ``duration_ns``; the component columns of a row sum to its ``duration_ns`` (:func:`step_component_arrays` as a
     frame)."""
-    columns = step_component_arrays(dev, cross, order)
+    columns = step_component_arrays(dev, act, cross, order)
     return pd.DataFrame(columns) if columns else pd.DataFrame(columns=["step", "duration_ns"])
 
 
-def step_component_arrays(dev: DeviceSummary, cross: CrossRankSummary | None, order: list[str]
-                          ) -> dict[str, np.ndarray]:
+def step_component_arrays(dev: DeviceSummary, act: DeviceActivity | None, cross: CrossRankSummary | None,
+                          order: list[str]) -> dict[str, np.ndarray]:
     """The columns of :func:`step_components` (``step``, ``duration_ns``, then the components in attribution
     order), empty without steps or activity.
 
     The summary's per-step ``busy_ns``, ``idle_ns`` and ``comm_exposed_ns`` are reused: the exposed communication
     is communication under no compute kernel, split into wait and transfer; memory copies are the busy time less
     compute and exposed communication; ``idle:other`` is the idle time less ``idle:host``."""
-    act: DeviceActivity | None = dev.activity
     steps = dev.per_step
     if act is None or not len(steps):
         return {}

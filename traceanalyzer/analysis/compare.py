@@ -17,6 +17,7 @@ import pandas as pd
 from ..buckets import EXCLUSIVE_PRECEDENCE
 from ..units import fmt_ms
 from .attribution import step_component_arrays
+from .device import device_key
 from .kernel_match import (
     collective_table,
     compare_collectives,
@@ -134,8 +135,7 @@ def _world_size(summary: Summary) -> int:
     ``distributedInfo``, nsys processes), else the number of ranks loaded (one rank file of an 8-rank job is still
     an 8-rank job)."""
     runs = summary.extra.get("runs") or []
-    declared = [d.activity.trace.world_size for d in summary.devices
-                if d.activity is not None and d.activity.trace.world_size]
+    declared = [s.activity.trace.world_size for s in summary.states.values() if s.activity.trace.world_size]
     ranks = {r for t in summary.traces for r in t.ranks}
     primary = runs[0].get("world_size") if runs else None
     return int(primary) if primary else max([*declared, len(ranks)])
@@ -151,8 +151,9 @@ def _mean_parts(parts: list[dict[str, float]]) -> dict[str, float]:
 
 def build_side(summary: Summary) -> DiffSide:
     """Everything the comparison needs from one summarized run: the representative step and its components, the
-    kernel groups and collectives per device-step (see docs/DIFF.md). The returned side's summary is a copy without
-    the devices' activity (the loaded trace), so the side is small and pickles."""
+    kernel groups and collectives per device-step (see docs/DIFF.md), from the devices' results and their working
+    state (``Summary.states``: their activity). The returned side's summary is a copy without the working state
+    (the loaded trace), so the side is small and pickles."""
     order = list(EXCLUSIVE_PRECEDENCE)
     medians: list[float] = []
     spreads: list[float] = []
@@ -163,7 +164,9 @@ def build_side(summary: Summary) -> DiffSide:
         mine = len(dev.collectives) > 0 and dev.rank not in matched
         if mine:
             matched.add(dev.rank)
-        columns = step_component_arrays(dev, summary.cross_rank if mine else None, order)
+        state = summary.states.get(device_key(dev))
+        columns = step_component_arrays(dev, state.activity if state is not None else None,
+                                        summary.cross_rank if mine else None, order)
         if not columns or not len(columns["duration_ns"]):
             continue
         durations = columns.pop("duration_ns")
@@ -177,10 +180,10 @@ def build_side(summary: Summary) -> DiffSide:
     sources = ", ".join(sorted({d.step_source for d in summary.devices if d.steps})) or "none"
     levels = [d.step_confidence for d in summary.devices if d.step_confidence in CONFIDENCE]
     confidence = min(levels, key=CONFIDENCE.index) if levels else "low"
-    groups = kernel_groups(summary.devices)
+    groups = kernel_groups(summary.devices, summary.states)
     collectives = collective_table(summary.devices,
                                    summary.cross_rank.per_collective if summary.cross_rank else None)
-    light = replace(summary, devices=[replace(d, activity=None) for d in summary.devices])
+    light = replace(summary, states={})
     if not parts:
         return DiffSide(light, None, 0, 0, {}, world, _layers_per_step(summary), sources, confidence, groups,
                         collectives)

@@ -35,7 +35,7 @@ from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .results import DeviceFigures, DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
-from .what_if_range import host_event_counts
+from .what_if_range import HostEvents, host_event_counts
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions
@@ -221,13 +221,32 @@ def analyze_device(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame 
     return device_work(trace, rank, device, steps=steps, layers=layers, options=options).summary
 
 
+#: A device of a summary: (trace path, rank, device).
+DeviceKey = tuple[str, int, int]
+
+def device_key(dev: DeviceSummary) -> DeviceKey:
+    """The (trace path, rank, device) of a device's summary."""
+    return dev.trace, dev.rank, dev.device
+
+
+@dataclass
+class DeviceState:
+    """What later work on the same trace reads beside a device's :class:`DeviceSummary` (working state, never in
+    a Summary): its ``activity`` (the kernel and memop views it was analysed from: the what-if, the findings
+    evidence, the export's rows, the diff's kernel groups), its ``layering`` (the layer of each kernel) and its
+    ``host_events`` (the what-if's and the findings' profiler weighing)."""
+
+    activity: DeviceActivity
+    layering: Layers
+    host_events: HostEvents
+
+
 @dataclass
 class DeviceWork:
-    """A device's :class:`DeviceSummary` and what the later work on the same trace reads beside it (never in a
-    Summary): ``layering``, the layer of each kernel (the export's kernel rows)."""
+    """A device's results (:class:`DeviceSummary`) and its working state (:class:`DeviceState`)."""
 
     summary: DeviceSummary
-    layering: Layers
+    state: DeviceState
 
 
 def device_work(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | None = None,
@@ -274,9 +293,8 @@ def device_work(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | N
                               comm_on_compute_stream_pct=on_shared_pct, kernels=len(act.kernels),
                               memops=len(act.memops), window_ns=(lo, hi), layers=len(layers.table),
                               warnings=tuple(warnings)),
-        activity=act, host_events=host_event_counts(trace, rank, per_step),
     )
-    return DeviceWork(summary, layers)
+    return DeviceWork(summary, DeviceState(act, layers, host_event_counts(trace, rank, per_step)))
 
 
 def _step_structure(act: DeviceActivity, given: pd.DataFrame | None, step_range: str | None,

@@ -21,13 +21,14 @@ What is left is listed as ``added`` or ``removed``. ``kernel_overlap`` is the sh
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from . import intervals as iv
+from .device import DeviceKey, DeviceState, device_key
 from .results import DeviceSummary, Finding
 
 COUNT_TOLERANCE = 0.10  # launches per step within ±10 % pair two renamed kernels of one bucket
@@ -66,15 +67,17 @@ def _group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return group, first
 
 
-def kernel_groups(devices: list[DeviceSummary]) -> pd.DataFrame:
+def kernel_groups(devices: list[DeviceSummary], states: Mapping[DeviceKey, DeviceState]) -> pd.DataFrame:
     """Per (normalized name, bucket, sub-bucket, grid, block): launches and time per device-step, counting the
-    kernels that start inside the devices' step windows (columns ``GROUP_COLUMNS``)."""
+    kernels that start inside the devices' step windows (columns ``GROUP_COLUMNS``); a device without its
+    working state in ``states`` (its activity) counts none."""
     from ..classify.normalize import normalize_name
 
     totals: dict[tuple[Any, ...], list[float]] = {}
     steps = 0
     for dev in devices:
-        act = dev.activity
+        state = states.get(device_key(dev))
+        act = state.activity if state is not None else None
         if act is None or not len(dev.per_step) or not len(act.kernels):
             continue
         steps += len(dev.per_step)

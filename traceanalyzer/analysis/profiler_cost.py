@@ -26,7 +26,7 @@ import numpy as np
 
 from ..trace import Trace
 from .results import DeviceSummary
-from .what_if_range import host_event_counts
+from .what_if_range import HostEvents, host_event_counts
 
 #: (low, point, high) host ns a profiler adds per recorded host event: the smallest, median and largest measured
 KINETO_NS_PER_EVENT = (3_000, 3_500, 4_670)
@@ -38,10 +38,11 @@ def ns_per_event(trace: Trace) -> tuple[int, int, int]:
     return NSYS_NS_PER_EVENT if trace.format.startswith("nsys") else KINETO_NS_PER_EVENT
 
 
-def host_events_per_step(trace: Trace, dev: DeviceSummary) -> int:
-    """Median per step of the host events the profiler recorded on the device's rank (0 without steps)."""
-    if dev.host_events is not None:
-        counts = np.asarray(dev.host_events[1])
+def host_events_per_step(trace: Trace, dev: DeviceSummary, known: HostEvents | None = None) -> int:
+    """Median per step of the host events the profiler recorded on the device's rank (0 without steps):
+    ``known``, the counts its analysis made (``DeviceState.host_events``), else counted now."""
+    if known is not None:
+        counts = np.asarray(known[1])
     else:
         try:
             counts = host_event_counts(trace, dev.rank, dev.per_step)[1]
@@ -51,8 +52,8 @@ def host_events_per_step(trace: Trace, dev: DeviceSummary) -> int:
     return int(np.median(counts)) if len(counts) else 0
 
 
-def profiler_host_ns(trace: Trace, dev: DeviceSummary) -> tuple[int, int, int]:
-    """(low, point, high) host time per step the profiler added on the device's rank."""
-    events = host_events_per_step(trace, dev)
+def profiler_host_ns(trace: Trace, events: int) -> tuple[int, int, int]:
+    """(low, point, high) host time per step the profiler added on a rank of ``trace`` that records ``events``
+    host events per step (:func:`host_events_per_step`)."""
     low, point, high = ns_per_event(trace)
     return events * low, events * point, events * high

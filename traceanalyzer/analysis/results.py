@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from .device import DeviceKey, DeviceState
 
 JSON_SCHEMA_VERSION = "1.0"
 
@@ -96,10 +99,6 @@ class DeviceSummary:
     in_steps: dict[str, Any] = field(default_factory=dict)
     comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
     figures: DeviceFigures | None = None  # None in hand-built summaries (tests)
-    # the DeviceActivity it was computed from, reused by later analyses of the same trace; never in JSON
-    activity: Any = field(default=None, repr=False, compare=False)
-    # (step ids, host events a profiler records per step) for the what-if (analysis.what_if_range); never in JSON
-    host_events: Any = field(default=None, repr=False, compare=False)
 
     # the figures' JSON names as attributes (notebooks read them), with their values when ``figures`` is None
     @property
@@ -245,16 +244,159 @@ class CrossRankSummary:
                            per[wait].to_numpy(np.int64))
 
 
+@dataclass(frozen=True)
+class RankEvidence:
+    """What one rank's what-if reading rests on (``what_if.ranks[r]``, first keys)."""
+
+    kernels_linked_pct: float | None  # kernels linked to the host call that launched them
+    launch_bound_kernel_pct: float | None  # of the linked kernels, those the GPU waited for their launch
+    comm_launch_bound_pct: float | None  # the same of the communication kernels
+    host_syncs: int  # host synchronizations seen
+    issue_source: str  # where the collectives' host calls were read from (the most frequent), "none"
+    calls_without_kernels: int  # collective calls in steps that launched no kernel
+    gpu_idle_pct: float | None = None  # median per step; with ``step_ns`` only where the device has steps
+    step_ns: int | None = None  # median step
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kernels_linked_pct": self.kernels_linked_pct, "launch_bound_kernel_pct": self.launch_bound_kernel_pct,
+            "comm_launch_bound_pct": self.comm_launch_bound_pct, "host_syncs": self.host_syncs,
+            "issue_source": self.issue_source, "calls_without_kernels": self.calls_without_kernels}
+        if self.step_ns is not None:
+            out.update(gpu_idle_pct=self.gpu_idle_pct, step_ns=self.step_ns)
+        return out
+
+
+@dataclass(frozen=True)
+class RankStepFigures:
+    """One rank's what-if readings, each the median over its steps, ns (docs/METHOD_WHAT_IF.md)."""
+
+    own_ns: int  # the rank's own communication cost: what the what-if would save on it
+    exposed_ns: int
+    wait_ns: int
+    host_issue_ns: int  # the collective calls' host time
+    host_issue_critical_ns: int  # of it, what the GPU waited for
+    host_nccl_issue_ns: int  # NCCL's own issue range of each call
+    issue_only_own_ns: int  # the cost counting NCCL's issue alone
+    host_slowed_after_calls_ns: int
+    gpu_transfer_critical_ns: int
+    contention_ns: int
+    dependency_latency_ns: int
+    step_gap_after_comm_ns: int
+    as_profiled_ns: int
+    gpu_reading_ns: int
+    profiler_ns: int
+    idle_ns: int
+    gpu_weight: float
+    collectives_per_step: int
+    launch_bound_collectives_per_step: float
+    bound: str  # host | gpu | mixed
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class RankWhatIf:
+    """One rank's share of the what-if: its evidence and, where it has collectives inside steps, its readings."""
+
+    evidence: RankEvidence
+    figures: RankStepFigures | None  # None: no collective inside a step window
+
+    def to_json(self) -> dict[str, Any]:
+        rest = self.figures.to_json() if self.figures is not None else {"note": "no collective inside a step window"}
+        return {**self.evidence.to_json(), **rest}
+
+
+@dataclass(frozen=True)
+class WhatIfSteps:
+    """Per step, the rank that sets it and what the what-if saves there."""
+
+    limiting_rank_by_step: dict[str, int]
+    saving_ns_by_step: dict[str, int]
+    host_share_pct: float | None  # the host part's share of the saving
+    issue_only_saving_ns: int  # the saving counting NCCL's own issue range alone
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limiting_rank_by_step": self.limiting_rank_by_step, "saving_ns_by_step": self.saving_ns_by_step,
+                "host_share_pct": self.host_share_pct, "issue_only_saving_ns": self.issue_only_saving_ns}
+
+
+@dataclass(frozen=True)
+class WhatIfRange:
+    """The what-if's range, the reading each end comes from and its confidence (``analysis.what_if_range``)."""
+
+    range_ns: tuple[int, int]
+    range_basis: tuple[str, str]
+    confidence: str  # high | medium | low
+    profiler_weighed_steps: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"range_ns": list(self.range_ns), "range_basis": list(self.range_basis),
+                "confidence": self.confidence, "profiler_weighed_steps": self.profiler_weighed_steps}
+
+
+@dataclass(frozen=True)
+class PartialRun:
+    """Ranks of the job missing from the traces: the confidence is low."""
+
+    ranks_missing: int
+    world_size: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partial": True, "ranks_missing": self.ranks_missing, "confidence": "low",
+                "partial_note": f"{self.ranks_missing} of {self.world_size} ranks missing: the given ranks' "
+                                "collectives include waiting for ranks not in the trace"}
+
+
+@dataclass(frozen=True)
+class WhatIfDetails:
+    """How the what-if was computed (JSON: the ``what_if`` keys after ``basis``, each only where it applies)."""
+
+    note: str | None = None  # why there is no estimate, or how a one-rank trace was read
+    method: str | None = None
+    ranks: dict[str, RankWhatIf] = field(default_factory=dict)
+    steps_used: int | None = None
+    transfer_ns: int | None = None  # the cross-rank transfer per step (with ``cross_rank``)
+    cross_rank: bool = False  # whether ranks were matched: ``transfer_ns`` then, else the one-rank ``note``
+    steps: WhatIfSteps | None = None
+    range: WhatIfRange | None = None
+    partial: PartialRun | None = None
+
+    @property
+    def confidence(self) -> str | None:
+        """The confidence of the range (low on a partial run), None without either."""
+        return "low" if self.partial is not None else self.range.confidence if self.range is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.method is None:
+            return {"note": self.note} if self.note is not None else {}
+        out: dict[str, Any] = {"method": self.method, "ranks": {r: v.to_json() for r, v in self.ranks.items()},
+                               "steps_used": self.steps_used}
+        if self.cross_rank:
+            out["transfer_ns"] = self.transfer_ns
+        if self.note is not None:
+            out["note"] = self.note
+        if self.steps is not None:
+            out.update(self.steps.to_json())
+        if self.range is not None:
+            out.update(self.range.to_json())
+        if self.partial is not None:
+            out.update(self.partial.to_json())
+        return out
+
+
 @dataclass
 class WhatIf:
     """Step time a user would save if communication were free."""
 
     comm_free_step_saving_ns: int | None
     basis: str  # gpu_transfer | host_launch | mixed
-    details: dict[str, Any] = field(default_factory=dict)
+    details: WhatIfDetails = field(default_factory=WhatIfDetails)
 
     def to_json(self) -> dict[str, Any]:
-        return {"comm_free_step_saving_ns": self.comm_free_step_saving_ns, "basis": self.basis, **self.details}
+        return {"comm_free_step_saving_ns": self.comm_free_step_saving_ns, "basis": self.basis,
+                **self.details.to_json()}
 
 
 @dataclass
@@ -301,6 +443,10 @@ class Summary:
     extra: dict[str, Any] = field(default_factory=dict)
     platform: Any = None  # analysis.platform.PlatformFacts: GPU model, architecture, link, communication paths
     source: SummarySource | None = field(default=None, repr=False)  # None in hand-built summaries (tests)
+    # each device's working state (analysis.device.DeviceState) by (trace path, rank, device), as the map step left
+    # it: what the export and the diff read without loading the files again. Never in JSON; empty in a Summary of
+    # the Dask engine (its traces stay on the workers) and in one made by hand
+    states: dict[DeviceKey, DeviceState] = field(default_factory=dict, repr=False, compare=False)
 
     def _repr_html_(self) -> str:
         """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""

@@ -37,6 +37,8 @@ docs/METHOD_WHAT_IF.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,17 +47,28 @@ import pandas as pd
 from ..trace import Table, Trace
 from . import intervals as iv
 from .activity import DeviceActivity, gather
+from .device import DeviceKey, DeviceState, device_key
 from .frames import array_of, frame
 from .grouped import dense_codes, run_quantile, sorted_runs
 from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
-from .results import CrossRankSummary, DeviceSummary, WhatIf
+from .results import (
+    CrossRankSummary,
+    DeviceSummary,
+    PartialRun,
+    RankEvidence,
+    RankStepFigures,
+    RankWhatIf,
+    WhatIf,
+    WhatIfDetails,
+    WhatIfSteps,
+)
 from .what_if_range import profiler_weighing, step_range, upper_bounds
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max
 OWN_TRANSFER_Q = 0.1  # quantile of a collective's durations taken as its transfer when other ranks are absent
 #: One rank's what-if inputs: per step its own communication cost and parts (ns), and its evidence.
-RankCosts = tuple[pd.DataFrame, dict[str, Any]]
+RankCosts = tuple[pd.DataFrame, RankEvidence]
 #: Idle time around a collective longer than this is no stream-dependency or graph-node latency (those are µs:
 #: ~2.3 µs measured before NCCL kernels of the H200 CUDA-graph decodes) but the host's work, e.g. between passes
 DEPENDENCY_MAX_NS = 50_000
@@ -365,13 +378,15 @@ def _segment_savings(rows: Columns, host: HostEvidence, whole_call: bool = False
                                   for k, v in per_seg.items()}
 
 
-def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_range: bool = True
-                ) -> RankCosts | None:
+def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_range: bool = True,
+                state: DeviceState | None = None) -> RankCosts | None:
     """Per step of one rank (ns): its own communication cost (``own_ns``) and parts; plus its evidence. None when
     the device has neither collectives nor collective calls without kernels. Without ``with_range``, the readings
-    only the range uses (``calls_only_ns``, ``ceiling_ns``, ``slowdown_high_ns``) are left out."""
-    act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is trace \
-        else gather(trace, dev.rank, dev.device)
+    only the range uses (``calls_only_ns``, ``ceiling_ns``, ``slowdown_high_ns``) are left out. ``state``: the
+    device's working state where its analysis kept it (its activity, host events), else read from the trace."""
+    if state is not None and state.activity.trace is not trace:
+        state = None
+    act = state.activity if state is not None else gather(trace, dev.rank, dev.device)
     # collective calls are CPU ranges: a trace without ranges has none
     calls = collective_calls(trace, act) if len(trace.ranges) else None
     cpu_side = host_only_in_steps(trace, act, dev.per_step, calls) if calls is not None else None
@@ -414,27 +429,28 @@ def _rank_steps(trace: Trace, dev: DeviceSummary, matched: Columns | None, with_
     # a rank the profiler made launch-bound: weigh the GPU reading by how much of its idle time the profiler
     # explains (all of it → the GPU reading; half of it or less → the host reading as profiled)
     columns.update(profiler_weighing(idx, trace, dev, columns["host_part_ns"], columns["as_profiled_ns"],
-                                     columns["gpu_reading_ns"]))
+                                     columns["gpu_reading_ns"], state.host_events if state is not None else None))
     if with_range:
         columns.update(upper_bounds(idx, dev.per_step, columns["idle_ns"], columns["profiler_ns"], contention,
                                     columns["host_part_ns"], columns["as_profiled_ns"]))
     steps = frame(columns, index=step_index)
     linked = act.launch_row >= 0
     comm = act.kernel_is_comm
-    evidence: dict[str, Any] = {
-        "kernels_linked_pct": _pct(int(linked.sum()), len(linked)),
-        "launch_bound_kernel_pct": _pct(int(host.launch_bound.sum()), int(linked.sum())),
-        "comm_launch_bound_pct": _pct(int(host.launch_bound[comm].sum()), int(comm.sum())),
-        "host_syncs": len(host.sync_start_ns),
-        "issue_source": _mode(rows["source"]) if len(rows["source"]) else "none",
-        "calls_without_kernels": len(cpu_side) if cpu_side is not None else 0,
-    }
     per_step = dev.per_step
+    idle_pct, step_ns = None, None
     if len(per_step) and {"duration_ns", "idle_ns"} <= set(per_step.columns):
         duration = array_of(per_step, "duration_ns", np.float64)
         idle = array_of(per_step, "idle_ns", np.float64)[duration > 0] / duration[duration > 0]
-        evidence["gpu_idle_pct"] = round(100.0 * float(np.median(idle)), 1) if len(idle) else None
-        evidence["step_ns"] = int(np.median(array_of(per_step, "duration_ns")))
+        idle_pct = round(100.0 * float(np.median(idle)), 1) if len(idle) else None
+        step_ns = int(np.median(array_of(per_step, "duration_ns")))
+    evidence = RankEvidence(
+        kernels_linked_pct=_pct(int(linked.sum()), len(linked)),
+        launch_bound_kernel_pct=_pct(int(host.launch_bound.sum()), int(linked.sum())),
+        comm_launch_bound_pct=_pct(int(host.launch_bound[comm].sum()), int(comm.sum())),
+        host_syncs=len(host.sync_start_ns),
+        issue_source=_mode(rows["source"]) if len(rows["source"]) else "none",
+        calls_without_kernels=len(cpu_side) if cpu_side is not None else 0,
+        gpu_idle_pct=idle_pct, step_ns=step_ns)
     return steps, evidence
 
 
@@ -450,35 +466,37 @@ _DETAIL_COLUMNS = ("own_ns", "exposed_ns", "wait_ns", "host_issue_ns", "host_par
                    "step_gap_ns")
 
 
-def _rank_details(steps: pd.DataFrame, evidence: dict[str, Any]) -> dict[str, Any]:
+def _rank_details(steps: pd.DataFrame, evidence: RankEvidence) -> RankWhatIf:
     if len(steps) == 0:
-        return {**evidence, "note": "no collective inside a step window"}
+        return RankWhatIf(evidence, None)
     medians = np.median(steps.to_numpy(np.float64), axis=0)  # every column is numeric
     position = {name: i for i, name in enumerate(steps.columns)}
     med = {name: float(medians[position[name]]) for name in _DETAIL_COLUMNS}
-    return {
-        **evidence,
-        "own_ns": int(med["own_ns"]), "exposed_ns": int(med["exposed_ns"]), "wait_ns": int(med["wait_ns"]),
-        "host_issue_ns": int(med["host_issue_ns"]), "host_issue_critical_ns": int(med["host_part_ns"]),
-        "host_nccl_issue_ns": int(med["nccl_issue_ns"]), "issue_only_own_ns": int(med["issue_only_own_ns"]),
-        "host_slowed_after_calls_ns": int(med["slowed_ns"]),
-        "gpu_transfer_critical_ns": int(med["gpu_part_ns"]), "contention_ns": int(med["contention_ns"]),
-        "dependency_latency_ns": int(med["latency_ns"]), "step_gap_after_comm_ns": int(med["step_gap_ns"]),
-        "as_profiled_ns": int(med["as_profiled_ns"]), "gpu_reading_ns": int(med["gpu_reading_ns"]),
-        "profiler_ns": int(med["profiler_ns"]), "idle_ns": int(med["idle_ns"]),
-        "gpu_weight": round(float(med["gpu_weight"]), 2),
-        "collectives_per_step": int(med["collectives"]),
-        "launch_bound_collectives_per_step": float(med["launch_bound"]),
-        "bound": {"host_launch": "host", "gpu_transfer": "gpu", "mixed": "mixed"}[
+    return RankWhatIf(evidence, RankStepFigures(
+        own_ns=int(med["own_ns"]), exposed_ns=int(med["exposed_ns"]), wait_ns=int(med["wait_ns"]),
+        host_issue_ns=int(med["host_issue_ns"]), host_issue_critical_ns=int(med["host_part_ns"]),
+        host_nccl_issue_ns=int(med["nccl_issue_ns"]), issue_only_own_ns=int(med["issue_only_own_ns"]),
+        host_slowed_after_calls_ns=int(med["slowed_ns"]),
+        gpu_transfer_critical_ns=int(med["gpu_part_ns"]), contention_ns=int(med["contention_ns"]),
+        dependency_latency_ns=int(med["latency_ns"]), step_gap_after_comm_ns=int(med["step_gap_ns"]),
+        as_profiled_ns=int(med["as_profiled_ns"]), gpu_reading_ns=int(med["gpu_reading_ns"]),
+        profiler_ns=int(med["profiler_ns"]), idle_ns=int(med["idle_ns"]),
+        gpu_weight=round(float(med["gpu_weight"]), 2),
+        collectives_per_step=int(med["collectives"]),
+        launch_bound_collectives_per_step=float(med["launch_bound"]),
+        bound={"host_launch": "host", "gpu_transfer": "gpu", "mixed": "mixed"}[
             _basis(int(array_of(steps, "host_part_ns").sum()), int(array_of(steps, "own_ns").sum()))],
-    }
+    ))
 
 
 def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
-                       cross_rank: CrossRankSummary | None, *, with_range: bool = True) -> WhatIf:
+                       cross_rank: CrossRankSummary | None, *, with_range: bool = True,
+                       states: Mapping[DeviceKey, DeviceState] | None = None) -> WhatIf:
     """Step-time saving if communication were free (see the module doc for the method): each rank's costs
     (:func:`rank_comm_costs`, the first of its devices that has any) combined by :func:`combine_comm_free`;
-    without ``with_range``, ``details`` leave out the range and its confidence (``what_if_range.step_range``)."""
+    without ``with_range``, ``details`` leave out the range and its confidence (``what_if_range.step_range``).
+    ``states``: the devices' working state (``DeviceState``) where their analysis kept it."""
+    known = states or {}
     ranks: dict[int, RankCosts] = {}
     by_path: dict[str, Trace] = {}
     for t in traces:  # the first trace of each path, looked up once per device (not a scan per device)
@@ -487,15 +505,15 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
         trace = by_path.get(dev.trace, traces[0] if len(traces) == 1 else None)
         if trace is None or dev.rank in ranks:
             continue
-        steps = rank_comm_costs(trace, dev, cross_rank, with_range=with_range)
+        steps = rank_comm_costs(trace, dev, cross_rank, with_range=with_range, state=known.get(device_key(dev)))
         if steps is not None:
             ranks[dev.rank] = steps
     return combine_comm_free(ranks, devices, cross_rank, with_range=with_range)
 
 
 def trace_comm_costs(trace: Trace, devices: list[DeviceSummary], cross_rank: CrossRankSummary | None,
-                     columns: dict[int, Columns | None] | None = None, *, with_range: bool = True
-                     ) -> dict[int, RankCosts]:
+                     columns: dict[int, Columns | None] | None = None, *, with_range: bool = True,
+                     states: Mapping[DeviceKey, DeviceState] | None = None) -> dict[int, RankCosts]:
     """:func:`rank_comm_costs` of each rank of one trace: its first device (in order) that has any. Where the
     trace lives (a Dask worker), with the cross-rank ``columns`` of its ranks (:func:`cross_rank_columns`) instead
     of the whole cross-rank table; :func:`estimate_comm_free` takes the first trace's costs of each rank."""
@@ -504,17 +522,17 @@ def trace_comm_costs(trace: Trace, devices: list[DeviceSummary], cross_rank: Cro
         if dev.rank in out:
             continue
         matched = columns.get(dev.rank) if columns is not None else cross_rank_columns(cross_rank, dev.rank)
-        steps = _rank_steps(trace, dev, matched, with_range)
+        steps = _rank_steps(trace, dev, matched, with_range, (states or {}).get(device_key(dev)))
         if steps is not None:
             out[dev.rank] = steps
     return out
 
 
 def rank_comm_costs(trace: Trace, dev: DeviceSummary, cross_rank: CrossRankSummary | None, *,
-                    with_range: bool = True) -> RankCosts | None:
+                    with_range: bool = True, state: DeviceState | None = None) -> RankCosts | None:
     """Per step of one rank: its own communication cost and its parts, with its evidence (None when the device
     has neither collectives nor collective calls without kernels)."""
-    return _rank_steps(trace, dev, cross_rank_columns(cross_rank, dev.rank), with_range)
+    return _rank_steps(trace, dev, cross_rank_columns(cross_rank, dev.rank), with_range, state)
 
 
 def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
@@ -523,36 +541,35 @@ def combine_comm_free(ranks: dict[int, RankCosts], devices: list[DeviceSummary],
     wait for; the median over steps."""
     if not ranks:
         has_steps = any(d.steps for d in devices)
-        return WhatIf(0 if has_steps else None, "gpu_transfer", {"note": "no communication in the trace"})
+        return WhatIf(0 if has_steps else None, "gpu_transfer", WhatIfDetails(note="no communication in the trace"))
     stepped = {r: s for r, (s, _) in ranks.items() if len(s)}  # ranks with collectives inside step windows
     own, wait, host, issue_only = _by_rank_tables(stepped)
-    details: dict[str, Any] = {
-        "method": "per host-sync segment max(host time of the collective calls GPU waited for, exposed transfer) "
-                  "+ contention, of the rank that waits least; median over steps",
-        "ranks": {str(r): _rank_details(s, e) for r, (s, e) in ranks.items()}, "steps_used": len(own)}
-    if cross_rank is not None:
-        details["transfer_ns"] = cross_rank.transfer_ns_per_step
-    else:
-        details["note"] = ("one rank: transfer = 10th percentile of the same collective's durations (kind, size, "
-                           "kernel); the rest counts as waiting for other ranks")
+    details = WhatIfDetails(
+        method="per host-sync segment max(host time of the collective calls GPU waited for, exposed transfer) "
+               "+ contention, of the rank that waits least; median over steps",
+        ranks={str(r): _rank_details(s, e) for r, (s, e) in ranks.items()}, steps_used=len(own),
+        cross_rank=cross_rank is not None,
+        transfer_ns=cross_rank.transfer_ns_per_step if cross_rank is not None else None,
+        note=None if cross_rank is not None else ("one rank: transfer = 10th percentile of the same collective's "
+                                                  "durations (kind, size, kernel); the rest counts as waiting for "
+                                                  "other ranks"))
     if len(own) == 0:
-        details["note"] = "no step holds communication on every rank"
-        return WhatIf(None, "gpu_transfer", details)
+        return WhatIf(None, "gpu_transfer", replace(details, note="no step holds communication on every rank"))
     # the rank the others wait for sets the step; without cross-rank data, the smallest own cost
     key = wait.to_numpy() if cross_rank is not None else own.to_numpy()
     pick = key.argmin(axis=1)
     rows = np.arange(len(own))
     step_saving = own.to_numpy()[rows, pick]
     step_host = host.to_numpy()[rows, pick]
-    details["limiting_rank_by_step"] = {str(int(s)): int(own.columns[c]) for s, c in zip(own.index, pick,
-                                                                                        strict=True)}
-    details["saving_ns_by_step"] = {str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)}
-    details["host_share_pct"] = _pct(int(step_host.sum()), int(step_saving.sum()))
-    details["issue_only_saving_ns"] = int(np.median(issue_only.to_numpy()[rows, pick]))
+    per_step = WhatIfSteps(
+        limiting_rank_by_step={str(int(s)): int(own.columns[c]) for s, c in zip(own.index, pick, strict=True)},
+        saving_ns_by_step={str(int(s)): int(v) for s, v in zip(own.index, step_saving, strict=True)},
+        host_share_pct=_pct(int(step_host.sum()), int(step_saving.sum())),
+        issue_only_saving_ns=int(np.median(issue_only.to_numpy()[rows, pick])))
     basis = _basis(int(step_host.sum()), int(step_saving.sum()))
-    if with_range:
-        details.update(step_range(_limiting_rows(stepped, own, pick), int(np.median(step_saving)), basis))
-    details.update(_partial_run(cross_rank))
+    spread = step_range(_limiting_rows(stepped, own, pick), int(np.median(step_saving)), basis) \
+        if with_range else None
+    details = replace(details, steps=per_step, range=spread, partial=_partial_run(cross_rank))
     return WhatIf(int(np.median(step_saving)), basis, details)
 
 
@@ -594,14 +611,11 @@ def _by_rank_tables(stepped: dict[int, pd.DataFrame]
     return own_t, wait_t, host_t, issue_t
 
 
-def _partial_run(cross_rank: CrossRankSummary | None) -> dict[str, Any]:
+def _partial_run(cross_rank: CrossRankSummary | None) -> PartialRun | None:
     """Confidence low when ranks of the job are missing (``cross_rank.completeness``, from run identity): the
     given ranks' collectives include waiting for ranks not in the trace, so transfer and wait blur."""
     done = cross_rank.completeness if cross_rank is not None else None
     if done is None or not done.partial:
-        return {}
-    missing, world = done.ranks_missing, done.world_size
-    return {"partial": True, "ranks_missing": missing, "confidence": "low",
-            "partial_note": f"{missing} of {world} ranks missing: the given ranks' collectives include waiting "
-                            "for ranks not in the trace"}
+        return None
+    return PartialRun(done.ranks_missing, done.world_size)
 

@@ -7,15 +7,13 @@ readings, this module weighs and bounds them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from ..call_starts import counts_between
 from ..trace import Trace
 from .frames import array_of
-from .results import DeviceSummary
+from .results import DeviceSummary, WhatIfRange
 
 #: Host time the profiler adds per recorded host event (Kineto ``cpu_op`` range or CUDA API call): median of
 #: (profiled − unprofiled step) / events per step over the host-bound H200 runs, 1.3–4.0 µs (docs/METHOD_WHAT_IF.md).
@@ -41,15 +39,15 @@ def _by_step(per_step: pd.DataFrame, column: str, steps: np.ndarray) -> tuple[np
 
 
 def profiler_weighing(steps: np.ndarray, trace: Trace, dev: DeviceSummary, host_part: np.ndarray,
-                      as_profiled: np.ndarray, gpu_reading: np.ndarray) -> dict[str, np.ndarray]:
+                      as_profiled: np.ndarray, gpu_reading: np.ndarray, host_events: HostEvents | None = None
+                      ) -> dict[str, np.ndarray]:
     """Per step of ``steps`` (ids, with their host part, host reading as profiled and GPU reading): ``own_ns``
     (the estimate), ``gpu_weight``, ``profiler_ns`` and ``idle_ns``. A rank the profiler made launch-bound is
     weighed toward its GPU reading by how much of its GPU idle time the profiler's recorded host events explain —
     idle ≤ ``MARGINAL_RATIO[0]`` × profiler time: the GPU reading alone; ≥ ``MARGINAL_RATIO[1]`` ×: the host
     reading as profiled (``as_profiled_ns``); linear between. Only steps whose host reading won a segment are
-    weighed."""
-    known, counts = dev.host_events if dev.host_events is not None else \
-        host_event_counts(trace, dev.rank, dev.per_step)
+    weighed. ``host_events``: the device's counts from its analysis, else counted now."""
+    known, counts = host_events if host_events is not None else host_event_counts(trace, dev.rank, dev.per_step)
     if len(counts):
         order = np.argsort(known, kind="stable")
         known = known[order]
@@ -71,10 +69,15 @@ def profiler_weighing(steps: np.ndarray, trace: Trace, dev: DeviceSummary, host_
             "own_ns": np.round(np.minimum(own, as_profiled)).astype(np.int64), "idle_ns": idle.astype(np.int64)}
 
 
+#: (step ids, host events a profiler recorded in each of those steps): counted by :func:`host_event_counts` in the
+#: map step, while the trace still holds its API call starts (``analysis.device.DeviceState.host_events``).
+HostEvents = tuple[np.ndarray, np.ndarray]
+
+
 def host_event_counts(trace: Trace, rank: int, per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per step of a device's ``per_step`` table (its ids, and a count each): the rank's host events a profiler
     records — Kineto ``cpu_op`` ranges and CUDA API calls — starting in the step window. Computed with the device's
-    analysis (``DeviceSummary.host_events``): an nsys export's call starts are not kept past it."""
+    analysis (``DeviceState.host_events``): an nsys export's call starts are not kept past it."""
     released = trace.capabilities.get("api_starts_released", [])
     if released == "all" or rank in released:
         raise ValueError(f"{trace.path}: rank {rank}'s API call starts were let go after its analysis")
@@ -120,7 +123,7 @@ def upper_bounds(steps: np.ndarray, per_step: pd.DataFrame, idle: np.ndarray, pr
     return {"ceiling_ns": ceiling, "slowdown_high_ns": np.minimum(high, ceiling).astype(np.int64)}
 
 
-def step_range(limiting: pd.DataFrame, point: int, basis: str) -> dict[str, Any]:
+def step_range(limiting: pd.DataFrame, point: int, basis: str) -> WhatIfRange:
     """``range_ns`` [low, high] with the reading each end comes from (``range_basis``) and a ``confidence``, from
     the per-step readings of the rank that sets each step (docs/METHOD_WHAT_IF.md):
 
@@ -149,5 +152,4 @@ def step_range(limiting: pd.DataFrame, point: int, basis: str) -> dict[str, Any]
     high = int(np.ceil(highs[hi_basis] * (1 + RESOLUTION_SHARE)))
     unsure = bool(weighed.any()) or basis == "mixed"
     confidence = "low" if unsure else "high" if high <= CONFIDENT_RATIO * max(low, 1) else "medium"
-    return {"range_ns": [min(low, point), max(high, point)], "range_basis": [lo_basis, hi_basis],
-            "confidence": confidence, "profiler_weighed_steps": int(weighed.sum())}
+    return WhatIfRange((min(low, point), max(high, point)), (lo_basis, hi_basis), confidence, int(weighed.sum()))

@@ -9,10 +9,11 @@ every rule: what it detects, how its impact is computed, its thresholds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.device import DeviceKey, DeviceState, device_key
 from ..analysis.results import DeviceSummary, Finding, Summary
 from ..trace import Trace
 from .context import EvidenceKey, FindingContext, FindingThresholds, device_evidence
@@ -67,11 +68,14 @@ def _options(options: Any) -> FindingOptions:
 
 
 def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
-                 evidence: dict[EvidenceKey, DeviceEvidence] | None = None) -> list[Finding]:
-    """All findings for ``summary`` (computed from ``traces``, or from each device's ``evidence`` computed where
-    its trace is: :func:`materialized_evidence`), largest impact per step first."""
+                 evidence: dict[EvidenceKey, DeviceEvidence] | None = None,
+                 states: Mapping[DeviceKey, DeviceState] | None = None) -> list[Finding]:
+    """All findings for ``summary`` (computed from ``traces`` and the devices' working ``states``, or from each
+    device's ``evidence`` computed where its trace is: :func:`materialized_evidence`), largest impact per step
+    first."""
     opts = _options(options)
     ctx = FindingContext(traces=traces, summary=summary, thresholds=opts.thresholds, evidence=evidence,
+                         states=states or {},
                          lean_evidence="finding_evidence" in getattr(options, "skip", ()))
     found: list[Finding] = []
     for rule_id, rule in _registry().items():
@@ -90,13 +94,16 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
 
 
 def materialized_evidence(trace: Trace, devices: list[DeviceSummary], options: Any = None,
-                          figures: tuple[str, ...] | None = None) -> dict[EvidenceKey, DeviceEvidence]:
+                          figures: tuple[str, ...] | None = None,
+                          states: Mapping[DeviceKey, DeviceState] | None = None
+                          ) -> dict[EvidenceKey, DeviceEvidence]:
     """The figures the rules read from ``trace`` for each of its ``devices`` (default: all but the late ones,
     :data:`~traceanalyzer.findings.evidence.LATE_FIGURES`), computed now and detached from the trace (where the
     trace lives: a Dask worker, a lane), keyed as :meth:`FindingContext.evidence_of` looks them up."""
     thresholds = _options(options).thresholds
-    return {(d.trace, d.rank, d.device): device_evidence(trace, d, thresholds).materialize(figures)
-            for d in devices}
+    known = states or {}
+    return {(d.trace, d.rank, d.device): device_evidence(trace, d, thresholds, known.get(device_key(d)))
+            .materialize(figures) for d in devices}
 
 
 def late_evidence_wanted(summary: Summary) -> list[DeviceSummary]:

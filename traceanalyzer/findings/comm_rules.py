@@ -284,12 +284,13 @@ def comm_compute_contention(ctx: FindingContext) -> list[Finding]:
     them, against the same kernel's median with nothing beside it) of the rank that limits the step most often."""
     t = ctx.thresholds
     details = ctx.summary.what_if.details
-    ranks = details.get("ranks") or {}
-    limiting = list((details.get("limiting_rank_by_step") or {}).values())
+    ranks = details.ranks
+    limiting = list(details.steps.limiting_rank_by_step.values()) if details.steps is not None else []
     if not ranks or not limiting:
         return []
     rank = str(max(set(limiting), key=limiting.count))
-    contention = int(ranks.get(rank, {}).get("contention_ns") or 0)
+    figures = ranks[rank].figures if rank in ranks else None
+    contention = figures.contention_ns if figures is not None else 0
     dev = next((d for d in ctx.summary.devices if str(d.rank) == rank), None)
     if dev is None or (dev.overlap_pct or 0.0) < t.contention_overlap_min_pct or not ctx.worth_reporting(dev,
                                                                                                         contention):
@@ -305,8 +306,9 @@ def comm_compute_contention(ctx: FindingContext) -> list[Finding]:
                        "memory collectives, or overlap communication with memory-bound rather than compute-bound "
                        "kernels.",
         evidence={"rank": dev.rank, "device": dev.device, "overlap_pct": dev.overlap_pct,
-                  "collectives_per_step": counts, "contention_ns_by_rank": {r: v.get("contention_ns") for r, v in
-                                                                            ranks.items()},
+                  "collectives_per_step": counts,
+                  "contention_ns_by_rank": {r: v.figures.contention_ns if v.figures is not None else None
+                                            for r, v in ranks.items()},
                   "what_if_ns": ctx.summary.what_if.comm_free_step_saving_ns, "source": "what_if.details"},
     )]
 
@@ -320,22 +322,25 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
     and the what-if counting that alone (``issue_only_saving_ns``)."""
     what_if = ctx.summary.what_if
     details = what_if.details
-    ranks = details.get("ranks") or {}
-    limiting = list((details.get("limiting_rank_by_step") or {}).values())
+    ranks = details.ranks
+    limiting = list(details.steps.limiting_rank_by_step.values()) if details.steps is not None else []
     if what_if.basis == "gpu_transfer" or not ranks or not limiting:
         return []
     rank = str(max(set(limiting), key=limiting.count))
-    evidence = ranks.get(rank, {})
-    impact = int(evidence.get("host_issue_critical_ns") or 0)
-    calls = int(evidence.get("collectives_per_step") or 0)
+    figures = ranks[rank].figures if rank in ranks else None
+    if figures is None:
+        return []
+    evidence = ranks[rank].evidence
+    impact = figures.host_issue_critical_ns
+    calls = figures.collectives_per_step
     dev = next((d for d in ctx.summary.devices if str(d.rank) == rank), None)
     # collective calls that launch no kernel at all are collectives_without_kernels' finding
     if dev is None or calls <= 0 or not len(dev.collectives) or not ctx.worth_reporting(dev, impact):
         return []
     pct = ctx.pct_of_step(dev, impact)
-    call, nccl = int(evidence.get("host_issue_ns") or 0), int(evidence.get("host_nccl_issue_ns") or 0)
-    slowed = int(evidence.get("host_slowed_after_calls_ns") or 0)
-    issue_only = int(details.get("issue_only_saving_ns") or 0)
+    call, nccl = figures.host_issue_ns, figures.host_nccl_issue_ns
+    slowed = figures.host_slowed_after_calls_ns
+    issue_only = details.steps.issue_only_saving_ns if details.steps is not None else 0
     counts = count_per_step(ctx, dev, ctx.collectives(dev))
     return [Finding(
         id=ids.COLLECTIVE_HOST_COST,
@@ -354,8 +359,8 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
                   "host_call_ns_per_step": call, "host_nccl_issue_ns_per_step": nccl,
                   "host_slowed_after_calls_ns_per_step": slowed,
                   "host_issue_critical_ns": impact, "issue_only_saving_ns": issue_only or None,
-                  "gpu_idle_pct": evidence.get("gpu_idle_pct"), "host_syncs": evidence.get("host_syncs"),
-                  "launch_bound_collectives_per_step": evidence.get("launch_bound_collectives_per_step"),
+                  "gpu_idle_pct": evidence.gpu_idle_pct, "host_syncs": evidence.host_syncs,
+                  "launch_bound_collectives_per_step": figures.launch_bound_collectives_per_step,
                   "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,
                   "source": "what_if.details"},
     )]

@@ -8,6 +8,7 @@ unless a rule says otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.device import DeviceKey, DeviceState
 from ..analysis.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, RankMatches, Summary
 from ..communication import KIND_NAMES
@@ -63,6 +65,8 @@ class FindingContext:
     # findings' evidence only as far as their titles read it (a diff's summaries: ``SummaryOptions.skip``
     # ``finding_evidence``); ids, titles and impacts are the same
     lean_evidence: bool = False
+    # each device's working state (its activity, host events) where the traces are in this process
+    states: Mapping[DeviceKey, DeviceState] = field(default_factory=dict)
 
     @cached_property
     def trace_by_path(self) -> dict[str, Trace]:
@@ -79,7 +83,7 @@ class FindingContext:
             trace = self.trace_by_path.get(dev.trace)
             if trace is None:
                 return None
-            found = self.memo[memo_key] = device_evidence(trace, dev, self.thresholds)
+            found = self.memo[memo_key] = device_evidence(trace, dev, self.thresholds, self.states.get(key))
         return found if isinstance(found, DeviceEvidence) else None
 
     steps = staticmethod(steps)
@@ -197,10 +201,11 @@ def count_kinds_per_step(ctx: FindingContext, dev: DeviceSummary, start: np.ndar
             for k in pd.unique(kinds)}
 
 
-def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresholds) -> DeviceEvidence:
-    """The device's evidence with the thresholds that shape it."""
+def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresholds,
+                    state: DeviceState | None = None) -> DeviceEvidence:
+    """The device's evidence with the thresholds that shape it, from its working ``state`` where it is kept."""
     return DeviceEvidence(trace, dev, fusion_gap_max_ns=thresholds.fusion_gap_max_ns,
-                          long_gap_min_ns=thresholds.long_gap_min_ns)
+                          long_gap_min_ns=thresholds.long_gap_min_ns, state=state)
 
 
 __all__ = ["FindingContext", "FindingThresholds", "count_kinds_per_step", "count_per_step", "device_evidence",

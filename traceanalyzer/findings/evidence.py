@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.activity import DeviceActivity, gather
+from ..analysis.device import DeviceState
 from ..analysis.gpu_metrics import metric_mask, phase_labels
 from ..analysis.grouped import distinct
 from ..analysis.host_issue import host_only_in_steps
@@ -48,11 +49,18 @@ class DeviceEvidence:
     """The trace-derived inputs of the findings rules for one (rank, device) (module doc). ``fusion_gap_max_ns``
     and ``long_gap_min_ns`` are the rules' thresholds of the same names."""
 
-    def __init__(self, trace: Trace, dev: DeviceSummary, *, fusion_gap_max_ns: int, long_gap_min_ns: int) -> None:
+    def __init__(self, trace: Trace, dev: DeviceSummary, *, fusion_gap_max_ns: int, long_gap_min_ns: int,
+                 state: DeviceState | None = None) -> None:
         self._trace: Trace | None = trace
         self._device: DeviceSummary | None = dev
+        self._state = state if state is not None and state.activity.trace is trace else None
         self.fusion_gap_max_ns = fusion_gap_max_ns
         self.long_gap_min_ns = long_gap_min_ns
+
+    def _activity(self) -> DeviceActivity:
+        """The device's activity: the one its analysis kept, else gathered from the trace."""
+        dev = self._dev
+        return self._state.activity if self._state is not None else gather(self.trace, dev.rank, dev.device)
 
     @property
     def trace(self) -> Trace:
@@ -75,7 +83,7 @@ class DeviceEvidence:
         if chains is not None:
             chains.attrs.pop("followers", None)
         self.__dict__.pop("_gap_figures", None)  # held by the figures themselves now
-        self._trace = self._device = None
+        self._trace = self._device = self._state = None
         return self
 
     def absorb(self, other: DeviceEvidence) -> None:
@@ -127,7 +135,8 @@ class DeviceEvidence:
     def profiler_host(self) -> tuple[tuple[int, int, int], int]:
         """((low, point, high) host ns per step the profiler added, its recorded host events per step):
         :func:`~traceanalyzer.analysis.profiler_cost.profiler_host_ns`."""
-        return profiler_host_ns(self.trace, self._dev), host_events_per_step(self.trace, self._dev)
+        events = host_events_per_step(self.trace, self._dev, self._state.host_events if self._state else None)
+        return profiler_host_ns(self.trace, events), events
 
     # -- host stalls (host_rules.idle_gaps_host_cause) ----------------------------------------------------------
     @cached_property
@@ -145,7 +154,7 @@ class DeviceEvidence:
     def _gap_figures(self) -> tuple[tuple[int, float], tuple[int, int, dict[str, int]] | None, tuple[int, int]]:
         """``launch_idle``, ``gaps_with_cause`` and ``pass_gap`` from one :func:`_device_gaps` (the rules read all;
         the gaps, about as many as the device's kernels, are not kept)."""
-        gaps = _device_gaps(self.trace, self._dev)
+        gaps = _device_gaps(self.trace, self._dev, self._state.activity if self._state is not None else None)
         gs, ge, window = gaps
         pass_gap = _pass_gap(self._dev, gs, ge, window)
         length = ge - gs
@@ -164,9 +173,7 @@ class DeviceEvidence:
         dev = self._dev
         if not len(dev.per_step):
             return pd.DataFrame()
-        act = dev.activity if isinstance(dev.activity, DeviceActivity) and dev.activity.trace is self.trace \
-            else gather(self.trace, dev.rank, dev.device)
-        return host_only_in_steps(self.trace, act, dev.per_step)
+        return host_only_in_steps(self.trace, self._activity(), dev.per_step)
 
     # -- GPU metrics (metric_rules.low_tensor_activity) ---------------------------------------------------------
     @cached_property
@@ -326,11 +333,11 @@ def _pid_of(trace: Trace, dev: DeviceSummary) -> int:
     return int(np.bincount(pids - pids.min()).argmax() + pids.min()) if len(pids) else -1
 
 
-def _device_gaps(trace: Trace, dev: DeviceSummary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _device_gaps(trace: Trace, dev: DeviceSummary, act: DeviceActivity | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU idle gaps of the device (between kernels / memory operations) cut to the step windows:
-    (starts, ends, step window index)."""
-    act = dev.activity
-    if isinstance(act, DeviceActivity) and act.trace is trace and dev.rank >= 0:
+    (starts, ends, step window index); ``act``: the device's activity where its analysis kept it."""
+    if act is not None and dev.rank >= 0:
         s, e = act.busy  # the union below, gathered already
     else:
         k, m = trace.kernels, trace.memops
@@ -356,7 +363,7 @@ def gaps_with_cause(trace: Trace, dev: DeviceSummary, min_gap_ns: int,
     process, with the names of those calls. ``device_gaps``: :func:`_device_gaps` if at hand."""
     if not len(trace.api_calls):  # no host call, none blocking
         return None
-    gap_start, gap_end, _ = _device_gaps(trace, dev) if device_gaps is None else device_gaps  # inside steps
+    gap_start, gap_end, _ = _device_gaps(trace, dev, None) if device_gaps is None else device_gaps  # in steps
     long_gap = (gap_end - gap_start) >= min_gap_ns
     if not long_gap.any():
         return None

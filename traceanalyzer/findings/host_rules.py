@@ -133,8 +133,8 @@ def _busy_per_step(dev: DeviceSummary) -> int:
 def wants_host_only_calls(dev: DeviceSummary, summary: Summary) -> bool:
     """Whether :func:`collectives_without_kernels` looks for the device's CPU-side collective calls: it has steps,
     and the what-if, which has already looked on its ranks, did not find none on its rank."""
-    counted = summary.what_if.details.get("ranks") or {}
-    return bool(len(dev.per_step)) and counted.get(str(dev.rank), {}).get("calls_without_kernels") != 0
+    counted = summary.what_if.details.ranks.get(str(dev.rank))
+    return bool(len(dev.per_step)) and (counted is None or counted.evidence.calls_without_kernels != 0)
 
 
 def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:

@@ -79,17 +79,19 @@ ISSUE_ONLY_MAX_RATIO = 0.9  # show the NCCL-issue-only reading of a host-bound w
 def range_text(what_if: Any) -> str:
     """The what-if's range with the reading each end comes from and its confidence (``details.range_ns``,
     ``range_basis``, ``confidence``); ``""`` when it has none."""
-    rng, names = what_if.details.get("range_ns"), what_if.details.get("range_basis")
-    if not rng or not names or what_if.comm_free_step_saving_ns is None:
+    spread = what_if.details.range
+    if spread is None or what_if.comm_free_step_saving_ns is None:
         return ""
-    return (f"range {fmt_ns(rng[0])} ({names[0]}) – {fmt_ns(rng[1])} ({names[1]}), "
-            f"confidence {what_if.details.get('confidence', '?')}")
+    (low, high), (low_name, high_name) = spread.range_ns, spread.range_basis
+    return (f"range {fmt_ns(low)} ({low_name}) – {fmt_ns(high)} ({high_name}), "
+            f"confidence {what_if.details.confidence}")
 
 
 def issue_only_text(what_if: Any) -> str:
     """The what-if counting only NCCL's own issue range of each collective (``details.issue_only_saving_ns``),
     where the step is host-bound and that reading differs; else ``""``."""
-    issue = what_if.details.get("issue_only_saving_ns")
+    steps = what_if.details.steps
+    issue = steps.issue_only_saving_ns if steps is not None else None
     base = what_if.comm_free_step_saving_ns
     if issue is None or base is None or what_if.basis == "gpu_transfer" or issue > base * ISSUE_ONLY_MAX_RATIO:
         return ""
