@@ -1,7 +1,7 @@
 """The bucket vocabulary, declared once: names, display order, exclusive precedence and colours.
 
 Every other module (classification rules, the per-device exclusive split, renderers, CLI help) reads these; see
-docs/TAXONOMY.md for what each bucket holds.
+docs/CLASSIFY.md for what each bucket holds.
 """
 
 from __future__ import annotations

@@ -4,20 +4,10 @@ A profiler slows the host by a roughly fixed time per event it records: Kineto p
 records, nsys per CUDA API call it traces. On a host-bound step that time is GPU idle time the unprofiled run does
 not have, so the launch gaps CUDA graphs would remove are the profiled ones minus it.
 
-Measured on one H200 (``examples/impact_ab.py``, fixtures/truth/impacts/, docs/METHOD_IMPACTS.md): the same eager
-decode timed unprofiled and under each profiler in one process, (profiled − unprofiled step) / recorded host events
-per step, over the cases whose unprofiled step is itself host-bound (dense 8 and 16 layers, MoE 4 and 8 layers):
-
-* Kineto (CPU + CUDA activities; events as the trace holds them, ``cpu_op`` ranges + CUDA API calls,
-  ``what_if_range.host_event_counts``): 3.00 (MoE 4 layers), 3.02 (MoE 8), 3.99 (dense 8), 4.67 (dense 16) µs;
-* nsys ``-t cuda`` (events: the CUDA API calls of the export): 2.13 (MoE 4), 6.66 (MoE 8), 7.44 (dense 16) µs per
-  call (the dense 8-layer case's host ran slower unprofiled than profiled: no figure).
-
-These are in-sample: the validation cases of docs/METHOD_IMPACTS.md are the runs they were measured on.
-
-Kineto with Python stacks and nsys with NVTX were measured too, on the small dense decode only, whose host ran in
-two speeds within the run (1.75 and 3.4 ms rounds of the same unprofiled step): no per-event figure could be told
-apart from that, so they take the figures above.
+The per-event constants are the smallest, median and largest of the costs measured on the device, each the same
+eager decode timed unprofiled and under the profiler, (profiled − unprofiled step) / recorded host events per step:
+the measurements, and what they do not cover (Kineto with stacks, nsys with NVTX), are in docs/METHOD_IMPACTS.md
+("The profiler's own cost").
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ from .activity import DeviceActivity
 from .frames import array_of, frame
 from .grouped import distinct
 
-STEP_COLUMNS = ["step", "start_ns", "end_ns", "source"]
 WARMUP_FACTOR = 3.0  # a forward pass this many times longer than the typical one is warm-up
 _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")
 #: NVTX / record_function names taken as steps when there is no ProfilerStep and no ``--step-range``:

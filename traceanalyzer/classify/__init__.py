@@ -4,7 +4,7 @@
 >>> [c.bucket for c in classify_names(["nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "ncclDevKernel_SendRecv"])]
 ['gemm', 'communication']
 
-See ``docs TAXONOMY.md`` for the buckets and hard-case decisions, ``rules/default.toml`` for the rules.
+See docs/CLASSIFY.md for the buckets, the rules and how to extend them, ``rules/default.toml`` for the rules.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A rule is tried (its regex searched) only when its text holds one of its required literals; a plain ``in`` test
 costs a fraction of a regex search, and most rules fail it. The answer never changes: a literal is required
-only when every match of the pattern contains it (``tests/test_classify_fast.py`` checks both on the corpus).
+only when every match of the pattern contains it (``tests/test_classify_prefilter.py`` checks both on the corpus).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Works on every export from the 2021 era to 2026.x: tables and columns are probed (tables are created lazily
 and columns come and go between versions), the file is opened read-only and immutable, text that is not UTF-8
-is decoded as Latin-1. See docs/NSYS_SCHEMA.md in the shared research notes for the schema this follows.
+is decoded as Latin-1. The tables read and what each Trace column comes from: docs/INPUTS.md and docs/SCHEMA.md.
 
 Several processes in one file are several ranks: MPI_RANKS when present, otherwise the processes that used a
 GPU, sorted by pid, are ranks 0..n-1 (with a warning).
