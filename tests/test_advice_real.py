@@ -32,8 +32,9 @@ CASES: dict[str, tuple[list[str], set[str], set[str], set[str], dict[str, Any]]]
         {"allreduce_not_fused", "norm_not_fused", "cause_allreduce_norm_fusion_available",
          "cause_allreduce_norm_fusion_gated_arch", "cause_custom_allreduce_unused_nvlink", "cause_cuda_graphs_off"},
         {"nccl"}, {"architecture": "sm70", "world_size": 8}),
+    # eager HF RMSNorm: 70 pow, 70 MeanOps reduce and 70 rsqrt kernels in the trace (2 per layer + a final one)
     "hf_qwen_one_gpu": (
-        [f"{FOREIGN}/hf_qwen1.5-0.5b_h100_fwd.json.gz"], set(),
+        [f"{FOREIGN}/hf_qwen1.5-0.5b_h100_fwd.json.gz"], {"norm_not_fused"},
         {"exposed_communication", "cause_custom_allreduce_unused_nvlink", "cause_allreduce_norm_fusion_available",
          "slow_rank"},
         set(), {"interconnect": "none", "architecture": "sm90"}),
@@ -70,5 +71,5 @@ def test_advice_applies(shared_data: Path, case: str) -> None:
         assert not f.title.count("(void )"), f.title  # the multimem kernel is named, not cut to "void "
         if "nccl" not in p.comm:
             assert "NCCL_" not in f.recommendation, (f.id, f.recommendation)
-        if "allreduce_not_fused" not in found:
-            assert "RMSNorm" not in f.recommendation, (f.id, f.recommendation)
+        if "allreduce_not_fused" not in found:  # no all-reduce fusion advice without a norm after an all-reduce
+            assert "allreduce_fusion" not in f.recommendation and "AllReduceFusion" not in f.recommendation, f.id

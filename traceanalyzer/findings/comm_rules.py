@@ -220,7 +220,7 @@ def _norm_follows(ctx: FindingContext, dev: DeviceSummary) -> bool:
     fusing the all-reduce with the norm advice that applies."""
     ev = ctx.evidence_of(dev)
     chains = None if ev is None else ev.chains
-    return chains is not None and len(chains) > 0
+    return chains is not None and bool(chains["after_allreduce"].any())
 
 
 def _arrival_counts(arrivals: pd.Series) -> dict[str, int]:

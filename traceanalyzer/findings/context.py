@@ -208,8 +208,18 @@ def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresho
                           long_gap_min_ns=thresholds.long_gap_min_ns, state=state)
 
 
+def prediction(saving: int, low: int, high: int, basis: dict[str, str]) -> dict[str, object]:
+    """The evidence keys of a predicted unprofiled step-time change: a saving of ``saving`` ns (a negative
+    change), its range and the reading behind each end, and a confidence (high when the range's high end is at most
+    1.5 × its low end, medium at most 3 ×, else low)."""
+    ratio = high / low if low > 0 else float("inf")
+    return {"predicted_change_ns": -int(saving), "range_ns": [int(low), int(high)], "range_basis": basis,
+            "confidence": "high" if ratio <= 1.5 else "medium" if ratio <= 3 else "low"}
+
+
 __all__ = ["FindingContext", "FindingThresholds", "count_kinds_per_step", "count_per_step", "device_evidence",
-           "kernel_mask", "kinds_text", "ms", "per_step_median", "severity", "step_index", "step_windows", "worst"]
+           "kernel_mask", "kinds_text", "ms", "per_step_median", "prediction", "severity", "step_index", "step_windows",
+           "worst"]
 
 
 def _plural(kind: str, n: int) -> str:

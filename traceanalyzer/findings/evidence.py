@@ -40,7 +40,16 @@ FUSABLE_SUBBUCKETS = ("norm", "elementwise", "quantize", "reduction")
 NORM_SUBBUCKETS = ("norm", "reduction")
 #: Kernels of another sub-bucket that also do the norm (e.g. vLLM's ``fused_add_rms_norm_static_fp8_quant``).
 NORM_NAME = re.compile(r"rms_?norm|layer_?norm", re.IGNORECASE)
+#: A norm computed by several kernels (eager PyTorch's pow → mean → rsqrt → mul) holds a kernel named so: a chain
+#: after any kernel other than an all-reduce counts only with one (a fused norm, a sum reduction or casts after a
+#: GEMM are no add + RMSNorm to fuse)
+DECOMPOSED_NORM_NAME = re.compile(r"rsqrt", re.IGNORECASE)
 MAX_CHAIN = 10  # add + a decomposed RMSNorm (+ dtype copies) + quantize
+#: The time of one fused add + RMSNorm kernel as a multiple of the chain's longest kernel, smallest and largest
+#: (the norm fusion's range; the point takes 1): measured on H200 0.19 / 0.70 / 0.66 with a FlashInfer-style kernel
+#: at 64 / 4096 / 16384 tokens (fixtures/truth/rmsnorm_fusion_h200.json), and 0.69 / 0.78 / 1.92 implied by the
+#: eager / graph / prefill A/B runs of docs/METHOD_IMPACTS.md (a Triton kernel; in-sample)
+FUSED_NORM_RATIO = (0.19, 2.0)
 
 TENSOR_ACTIVE = "Tensor Active"
 
@@ -218,9 +227,10 @@ def most_frequent_names(trace: Trace, ids: np.ndarray, n: int) -> dict[str, int]
 
 
 def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.DataFrame | None:
-    """One row per all-reduce inside a step followed on its stream by a chain that holds a norm
-    (:mod:`.fusion_rules`): ``start_ns`` (of the all-reduce), ``kernels``, ``chain_ns``, ``gap_ns`` (g₁),
-    ``fused_norm_ns``, ``norm_alone_ns``, ``allreduce_bound_ns``; ``followers`` (attribute
+    """One row per chain that holds a norm (:mod:`.fusion_rules`), anchored inside a step on the kernel before
+    it on its stream — an all-reduce, or any other kernel that is not itself fusable (the GEMM before the residual
+    add on one GPU): ``start_ns`` (of the anchor), ``after_allreduce``, ``kernels``, ``chain_ns``, ``gap_ns``
+    (g₁), ``fused_norm_ns``, ``norm_alone_ns``, ``allreduce_bound_ns``; ``followers`` (attribute
     ``attrs["followers"]``) holds the kernel indices of the chains. None when there is none."""
     k = trace.kernels
     idx = np.flatnonzero(kernel_mask(trace, dev))
@@ -231,11 +241,15 @@ def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.Data
     stream, start_ns, end_ns = k["stream"][idx], k["start_ns"][idx], k["end_ns"][idx]
     is_ar = (bucket == _id(trace, "communication")) & np.isin(sub, _ids(trace, ALLREDUCE_KINDS))
     fusable = (bucket == _id(trace, "other")) & np.isin(sub, _ids(trace, FUSABLE_SUBBUCKETS))
-    if not (is_ar.any() and fusable.any()):  # no chain can hold a norm
+    if not fusable.any():  # no chain can hold a norm
         return None
     is_norm = fusable & (np.isin(sub, _ids(trace, NORM_SUBBUCKETS)) |
                          _names_match(trace, k["name_id"][idx], NORM_NAME))
-    ar_pos = np.flatnonzero(is_ar)
+    is_decomposed = fusable & _names_match(trace, k["name_id"][idx], DECOMPOSED_NORM_NAME)
+    # anchors: a kernel that is not fusable followed on its stream by one that is (a chain's start)
+    starts = np.zeros(len(idx), dtype=bool)
+    starts[:-1] = ~fusable[:-1] & fusable[1:] & (stream[:-1] == stream[1:])
+    ar_pos = np.flatnonzero(starts)
     ar_pos = ar_pos[step_index(dev, start_ns[ar_pos]) >= 0]
     if not len(ar_pos):
         return None
@@ -245,6 +259,7 @@ def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.Data
     length = np.zeros(len(ar_pos), dtype=np.int64)
     longest = np.zeros(len(ar_pos), dtype=np.int64)
     has_norm = np.zeros(len(ar_pos), dtype=bool)
+    decomposed = np.zeros(len(ar_pos), dtype=bool)
     alive = np.ones(len(ar_pos), dtype=bool)
     chain: list[tuple[np.ndarray, np.ndarray]] = []
     for offset in range(1, MAX_CHAIN + 1):
@@ -259,14 +274,19 @@ def unfused_chains(trace: Trace, dev: DeviceSummary, gap_cap_ns: int) -> pd.Data
         length += alive
         longest = np.maximum(longest, dur)
         has_norm |= alive & is_norm[nxt]
+        decomposed |= alive & is_decomposed[nxt]
         chain.append((nxt, alive.copy()))
-    found = (length > 0) & has_norm  # an all-reduce + RMSNorm fusion needs the norm in the chain
+    # an all-reduce + RMSNorm fusion needs the norm in the chain; after another kernel, a norm in several kernels
+    found = (length > 0) & has_norm & (is_ar[ar_pos] | decomposed)
     if not found.any():
         return None
     chain_ns = busy + gaps_
     out = pd.DataFrame({
-        "start_ns": start_ns[ar_pos], "kernels": length, "chain_ns": chain_ns, "gap_ns": first_gap,
+        "start_ns": start_ns[ar_pos], "after_allreduce": is_ar[ar_pos], "kernels": length, "chain_ns": chain_ns,
+        "gap_ns": first_gap,
         "fused_norm_ns": longest, "norm_alone_ns": chain_ns - first_gap - longest,
+        "norm_alone_low_ns": np.maximum(chain_ns - first_gap - (FUSED_NORM_RATIO[1] * longest).astype(np.int64), 0),
+        "norm_alone_high_ns": chain_ns - first_gap - (FUSED_NORM_RATIO[0] * longest).astype(np.int64),
         "allreduce_bound_ns": first_gap + longest,
     })[found].reset_index(drop=True)
     out.attrs["followers"] = np.concatenate([idx[nxt[ok & found]] for nxt, ok in chain])

@@ -13,6 +13,7 @@ from .context import (
     kinds_text,
     ms,
     per_step_median,
+    prediction,
     severity,
     step_index,
     worst,
@@ -69,15 +70,6 @@ def host_bound_no_cuda_graphs(ctx: FindingContext) -> list[Finding]:
                       "profiler_events_per_step": prof_events},
         ))
     return worst(found)
-
-
-def prediction(saving: int, low: int, high: int, basis: dict[str, str]) -> dict[str, object]:
-    """The evidence keys of a predicted unprofiled step-time change: a saving of ``saving`` ns (a negative
-    change), its range and the reading behind each end, and a confidence (high when the range's high end is at most
-    1.5 × its low end, medium at most 3 ×, else low)."""
-    ratio = high / low if low > 0 else float("inf")
-    return {"predicted_change_ns": -int(saving), "range_ns": [int(low), int(high)], "range_basis": basis,
-            "confidence": "high" if ratio <= 1.5 else "medium" if ratio <= 3 else "low"}
 
 
 def idle_gaps_host_cause(ctx: FindingContext) -> list[Finding]:
