@@ -20,8 +20,10 @@ from .context import (
     kinds_text,
     ms,
     per_step_median,
+    prediction,
     severity,
     step_index,
+    what_if_prediction,
     worst,
 )
 
@@ -82,7 +84,8 @@ def exposed_communication(ctx: FindingContext) -> list[Finding]:
                            "it is waiting, balance the ranks first (see straggler_wait).",
             evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                       "steps": ctx.steps(dev), "step_ns_median": dev.step_ns_median,
-                      "cross_rank_wait_by_rank": waits, "devices": devices},
+                      "cross_rank_wait_by_rank": waits, "devices": devices,
+                      **what_if_prediction(ctx, int(per_step))},
         ))
     return worst(found)
 
@@ -132,7 +135,8 @@ def comm_serialized_with_compute(ctx: FindingContext) -> list[Finding]:
                       "overlap_pct": dev.overlap_pct, "exposed_transfer_ns_per_step": exposed_transfer,
                       "comm_exposed_per_step_ns": dev.comm_exposed_per_step_ns, "steps": ctx.steps(dev),
                       "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,
-                      "cross_rank_wait_by_rank": _wait_by_rank(ctx)},
+                      "cross_rank_wait_by_rank": _wait_by_rank(ctx),
+                      **what_if_prediction(ctx, int(impact))},
         ))
     return worst(found)
 
@@ -163,6 +167,10 @@ def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
         saving = _saving_per_step(ctx, dev, small, oneshot)
         if not ctx.worth_reporting(dev, saving):
             continue
+        expected = prediction(saving, _saving_per_step(ctx, dev, small, 2 * oneshot),
+                              _saving_per_step(ctx, dev, small, np.zeros(len(nbytes))), {
+                                  "point": "the one-shot model below", "low": "a one-shot all-reduce twice as slow",
+                                  "high": "the messages' whole exposed transfer"})
         pct = ctx.pct_of_step(dev, saving)
         per_step = count_per_step(ctx, dev, small)
         found.append(Finding(
@@ -178,7 +186,7 @@ def nccl_small_messages(ctx: FindingContext) -> list[Finding]:
                       "median_transfer_ns": int(small["transfer_ns"].median()),
                       "median_duration_ns": int(small["duration_ns"].median()),
                       "model": f"one-shot ≈ {t.oneshot_latency_ns} ns + bytes / link peak ({peak} GB/s); saving = "
-                               "min(exposed transfer, transfer − one-shot) per message"},
+                               "min(exposed transfer, transfer − one-shot) per message", **expected},
         ))
     return worst(found)
 
@@ -211,7 +219,11 @@ def straggler_wait(ctx: FindingContext) -> list[Finding]:
                        "rank: Python overhead, launch queue, data loading, CPU contention).",
         evidence={"wait_by_rank": waits, "waiting_rank": int(waiting), "waited_for_rank": int(waited_for),
                   "straggler_rank": cr.straggler_rank, "collectives_matched": cr.collectives_matched,
-                  "match_method": cr.match_method, "last_arrival_counts": _arrival_counts(arrivals)},
+                  "match_method": cr.match_method, "last_arrival_counts": _arrival_counts(arrivals),
+                  **prediction(wait, 0, wait, {
+                      "point": "the wait: the slower rank's lateness removed",
+                      "low": "none: work moved off the slower rank may make another rank wait as long",
+                      "high": "the wait"}, "low")},
     )]
 
 
@@ -264,7 +276,10 @@ def _bandwidth_finding(dev: DeviceSummary, big: pd.DataFrame, median_bw: float, 
         "rank": dev.rank, "device": dev.device, "messages_per_step": per_step,
         "median_bytes": int(big["bytes"].median()), "median_transfer_ns": int(big["transfer_ns"].median()),
         "median_busbw_gbps": round(median_bw, 1), "link_peak_gbps": peak, "group_size": n,
-        "model": "saving = min(exposed transfer, transfer − bytes·busfactor / link peak) per message"}
+        "model": "saving = min(exposed transfer, transfer − bytes·busfactor / link peak) per message",
+        **prediction(saving, 0, saving, {"point": "the transfer at the link's peak bus bandwidth",
+                                         "low": "none: the peak may not be reachable on this path",
+                                         "high": "the transfer at the link's peak"}, "low")}
     return Finding(
         id=ids.LOW_COMM_BANDWIDTH,
         title=f"{kinds_text(per_step)} per step of {int(big['bytes'].median()) >> 20} MiB reach "
@@ -309,7 +324,11 @@ def comm_compute_contention(ctx: FindingContext) -> list[Finding]:
                   "collectives_per_step": counts,
                   "contention_ns_by_rank": {r: v.figures.contention_ns if v.figures is not None else None
                                             for r, v in ranks.items()},
-                  "what_if_ns": ctx.summary.what_if.comm_free_step_saving_ns, "source": "what_if.details"},
+                  "what_if_ns": ctx.summary.what_if.comm_free_step_saving_ns, "source": "what_if.details",
+                  **prediction(contention, 0, contention, {
+                      "point": "the compute kernels' extra time beside communication",
+                      "low": "none: fewer NCCL SMs can lengthen the transfer by as much",
+                      "high": "the extra compute time"}, "low")},
     )]
 
 
@@ -362,5 +381,9 @@ def collective_host_cost(ctx: FindingContext) -> list[Finding]:
                   "gpu_idle_pct": evidence.gpu_idle_pct, "host_syncs": evidence.host_syncs,
                   "launch_bound_collectives_per_step": figures.launch_bound_collectives_per_step,
                   "what_if_ns": what_if.comm_free_step_saving_ns, "what_if_basis": what_if.basis,
-                  "source": "what_if.details"},
+                  "source": "what_if.details",
+                  **prediction(impact, issue_only if 0 < issue_only < impact else impact, impact, {
+                      "point": "the collective calls' host time the GPU waited for",
+                      "low": "NCCL's own issue alone (a lighter call that keeps the rest)",
+                      "high": "the whole calls' host time the GPU waited for"})},
     )]

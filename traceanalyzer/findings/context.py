@@ -208,18 +208,40 @@ def device_evidence(trace: Trace, dev: DeviceSummary, thresholds: FindingThresho
                           long_gap_min_ns=thresholds.long_gap_min_ns, state=state)
 
 
-def prediction(saving: int, low: int, high: int, basis: dict[str, str]) -> dict[str, object]:
+def prediction(saving: int, low: int, high: int, basis: dict[str, str], confidence: str | None = None
+               ) -> dict[str, object]:
     """The evidence keys of a predicted unprofiled step-time change: a saving of ``saving`` ns (a negative
-    change), its range and the reading behind each end, and a confidence (high when the range's high end is at most
-    1.5 × its low end, medium at most 3 ×, else low)."""
+    change), its range [``low``, ``high``] (widened to hold the point) and the reading behind each end, and a
+    confidence: ``confidence`` where the reading has its own, else high when the range's high end is at most 1.5 ×
+    its low end, medium at most 3 ×, else low."""
+    low, high = min(int(low), int(saving)), max(int(high), int(saving))
     ratio = high / low if low > 0 else float("inf")
-    return {"predicted_change_ns": -int(saving), "range_ns": [int(low), int(high)], "range_basis": basis,
-            "confidence": "high" if ratio <= 1.5 else "medium" if ratio <= 3 else "low"}
+    level = confidence or ("high" if ratio <= 1.5 else "medium" if ratio <= 3 else "low")
+    return {"predicted_change_ns": -int(saving), "range_ns": [low, high], "range_basis": basis, "confidence": level}
+
+
+def what_if_prediction(ctx: FindingContext, fallback_ns: int) -> dict[str, object]:
+    """The prediction of "communication free" (the what-if: its point, range and confidence); without a what-if
+    estimate, ``fallback_ns`` as the high end and nothing as the low (part of it may be waiting for a slower
+    rank, which removing communication does not recover). None of it with ``lean_evidence`` (a diff's summaries
+    leave the what-if's range out)."""
+    if ctx.lean_evidence:
+        return {}
+    what_if = ctx.summary.what_if
+    spread = what_if.details.range
+    if what_if.comm_free_step_saving_ns is None or spread is None:
+        return prediction(fallback_ns, 0, fallback_ns, {
+            "point": "the finding's impact", "low": "none of it: it may be waiting for another rank",
+            "high": "the finding's impact"}, "low")
+    (low, high), (low_name, high_name) = spread.range_ns, spread.range_basis
+    return prediction(what_if.comm_free_step_saving_ns, low, high, {
+        "point": "the what-if, communication free (docs/METHOD_WHAT_IF.md)", "low": f"the what-if's {low_name}",
+        "high": f"the what-if's {high_name}"}, what_if.details.confidence)
 
 
 __all__ = ["FindingContext", "FindingThresholds", "count_kinds_per_step", "count_per_step", "device_evidence",
            "kernel_mask", "kinds_text", "ms", "per_step_median", "prediction", "severity", "step_index", "step_windows",
-           "worst"]
+           "what_if_prediction", "worst"]
 
 
 def _plural(kind: str, n: int) -> str:

@@ -104,7 +104,11 @@ def allreduce_not_fused(ctx: FindingContext) -> list[Finding]:
     all-reduce + the fused norm's time), an upper bound of what folding the norm into the all-reduce saves on top
     of a fused norm kernel (module doc). Fires for a one-kernel chain (a fused norm already) too."""
     found = []
-    for _, bound, pct, ev, _ in _reportable(ctx, "allreduce_bound_ns", after_allreduce=True):
+    for dev, bound, pct, ev, chains in _reportable(ctx, "allreduce_bound_ns", after_allreduce=True):
+        ev = {**ev, **prediction(bound, _per_step(ctx, dev, chains, "gap_ns"), bound, {
+            "point": "at most: the launch gap after each all-reduce + one fused norm pass",
+            "low": "the launch gaps alone (the fused epilogue as slow as the norm kernel)",
+            "high": "the gaps + the fused norm's pass"}, "low")}
         n = ev["median_chain_kernels"]
         alone = ev["per_step_ns"]["norm_fusion_alone"]
         more = (f"; collapsing the {n} kernels into one fused norm kernel is a separate saving of about "

@@ -166,7 +166,11 @@ def collectives_without_kernels(ctx: FindingContext) -> list[Finding]:
             evidence={"rank": dev.rank, "device": dev.device, "collectives_per_step": counts,
                       "host_ns_per_step": host, "gpu_idle_ns_per_step": idle,
                       "median_call_ns": int(np.median(took)),
-                      "names": calls["name"].value_counts().head(5).to_dict(), "steps": ctx.steps(dev)},
+                      "names": calls["name"].value_counts().head(5).to_dict(), "steps": ctx.steps(dev),
+                      **prediction(impact, 0, impact, {
+                          "point": "the calls' host time, at most the GPU's idle time",
+                          "low": "none: the host work may still run on the launching thread",
+                          "high": "the calls' host time"}, "low")},
         ))
     return worst(found)
 

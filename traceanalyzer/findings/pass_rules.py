@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..analysis.results import Finding
 from . import rule_ids as ids
-from .context import FindingContext, ms, severity, worst
+from .context import FindingContext, ms, prediction, severity, worst
 
 _SERVING = {"SGLang", "vLLM", "FlashInfer", "TensorRT-LLM"}
 
@@ -40,7 +40,11 @@ def host_gap_between_passes(ctx: FindingContext) -> list[Finding]:
             recommendation=advice + ".",
             evidence={"rank": dev.rank, "device": dev.device, "steps": dev.steps, "steps_with_gap": steps_with_gap,
                       "gap_ns_per_step": int(gap), "step_ns_median": dev.step_ns_median,
-                      "basis": "median per step of the GPU idle gaps touching the step window's start or end"},
+                      "basis": "median per step of the GPU idle gaps touching the step window's start or end",
+                      **prediction(gap, max(gap - ev.profiler_host[0][2], 0), gap, {
+                          "point": "the gap: the host's work between passes overlapped with the GPU's",
+                          "low": "less the profiler's own host time per step at its largest measured cost",
+                          "high": "the gap"})},
         ))
     return worst(found)
 

@@ -6,7 +6,7 @@ from ..analysis.results import Finding
 from ..analysis.straggler import slow_rank_classes
 from ..units import fmt_ns
 from . import rule_ids as ids
-from .context import FindingContext, ms, severity
+from .context import FindingContext, ms, prediction, severity
 
 
 def slow_rank(ctx: FindingContext) -> list[Finding]:
@@ -41,6 +41,10 @@ def slow_rank(ctx: FindingContext) -> list[Finding]:
                        "kernel configuration or input split on that rank, or another process sharing the GPU.",
         evidence={"straggler_rank": straggler, "waited_for_rank": straggler, "classes": [c.to_json() for c in classes],
                   "extra_ns_per_step": int(extra), "others_wait_ns_per_step_median": wait,
+                  **prediction(extra, min(extra, wait or 0), extra, {
+                      "point": "the slow rank's extra kernel time per step",
+                      "low": "the others' median wait for it (what the step loses to it, at most the extra)",
+                      "high": "the extra kernel time"}, "low"),
                   "straggler_by_arrival": cr.extra.get("straggler_by_arrival"),
                   "straggler_by_least_wait": cr.extra.get("straggler_by_least_wait"),
                   "basis": "kernels inside steps matched by name and class across ranks; extra = the slow rank's "
