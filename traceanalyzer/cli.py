@@ -250,27 +250,42 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
         click.echo(f"report written: {printable(written)}", err=True)
 
 
-@cli.command(short_help="The analysis as a SQLite database (kernels, steps, layers, collectives, findings).")
+@cli.command(short_help="The analysis as a SQLite database or a Perfetto trace.")
 @_TRACES
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
-              help="SQLite database to write (replaced atomically unless --append).")
+              help="File to write: a SQLite database (replaced atomically unless --append), or a Perfetto trace "
+                   "with --format perfetto (the default for a .pftrace name).")
+@click.option("--format", "fmt", type=click.Choice(["sqlite", "perfetto"]), default=None,
+              help="sqlite: tables of kernels, steps, layers, collectives, findings (default); perfetto: the "
+                   "kernels, copies and annotation ranges per rank and stream with the analysis as tracks, for "
+                   "the Perfetto UI (default for -o *.pftrace).")
 @click.option("--append", is_flag=True, help="Add this run to the database instead of replacing it (a history).")
 @_analysis_options
-def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | None, jobs: int,
+def export(traces: tuple[Path, ...], output: Path, fmt: str | None, append: bool, rules: Path | None, jobs: int,
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
            window: str | None) -> None:
     """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
     layers, collectives and findings, with foreign keys to traces, indexes on (trace_id, rank, device,
     start_ns) and full-text search on kernel names. Open it with sqlite3 or Datasette; docs/EXPORT.md has
     the tables and example queries.
+
+    With --format perfetto (or -o NAME.pftrace) it writes a Perfetto trace instead: per rank and GPU the
+    kernels and copies per stream, the annotation ranges, and the analysis as tracks (steps, layers,
+    findings with their impact, exposed communication, SM idle, wait vs transfer per collective, the
+    straggler), timestamps as in the trace; docs/PERFETTO.md.
     """
+    from .export import PerfettoResult
     from .export import export as export_fn
     from .progress import progress_bar
 
     with progress_bar("loading") as progress:
         result = export_fn(list(traces), output, append=append, rules=rules, jobs=jobs, step_range=step_range,
                            layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
-                           gpu_log_tz=gpu_log_tz)
+                           gpu_log_tz=gpu_log_tz, format=fmt)
+    if isinstance(result, PerfettoResult):
+        click.echo(f"{printable(result.path)}: Perfetto trace, {result.tracks:,} tracks, "
+                   f"{sum(result.slices.values()):,} slices — open it at ui.perfetto.dev")
+        return
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
     click.echo(f"{result.path}: run {result.run_id} — {counts}")
 

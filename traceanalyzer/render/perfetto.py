@@ -1,0 +1,520 @@
+"""The trace and its analysis as a Perfetto trace (protobuf ``.pftrace``), written with the ``perfetto`` package's
+protos: open it in the Perfetto UI beside the kernels you already know.
+
+One process-like track group per (rank, device) holds, from the top: the analysis tracks — steps, layers, findings
+(over the representative step, with their impact per step), exposed communication (SM idle during collectives),
+SM idle (no kernel or copy), collectives split into wait and transfer (the cross-rank match), the straggler — then
+one track per CUDA stream (kernels and memory operations, category = bucket) and the GPU-side annotation ranges.
+Host NVTX / annotation ranges go to one group per (rank, process), one track per thread. Every timestamp is the
+normalized trace's integer ns, unchanged (each trace keeps its own clock, as in the source); slices that overlap
+without nesting on one stream or thread are put on extra lanes (``stream 7 · lane 2``). Names, categories and
+argument names are interned once. Track and argument names are in docs/PERFETTO.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..units import fmt_ns
+from .formatting import device_label, display_names
+from .timeline import representative_window
+
+if TYPE_CHECKING:
+    from ..analysis.activity import DeviceActivity
+    from ..analysis.results import DeviceSummary, Finding, Summary
+    from ..trace import Trace
+
+#: Range kinds drawn (NVTX and profiler annotations); CPU ops and Python functions are left out.
+RANGE_KINDS = ("nvtx", "user_annotation", "gpu_user_annotation", "profiler_step", "nvtx_mark")
+#: Track names of the analysis, in the order they appear under a device (docs/PERFETTO.md).
+STEPS, LAYERS, FINDINGS = "steps", "layers", "findings"
+EXPOSED = "exposed communication (SM idle during collectives)"
+SM_IDLE = "SM idle (no kernel or copy)"
+COLLECTIVES = "collectives: wait | transfer"
+STRAGGLER = "straggler"
+WAIT, TRANSFER = "wait", "transfer"
+_SEQUENCE = 1  # trusted_packet_sequence_id of every packet (one writer)
+_CHUNK = 20_000  # packets serialized per Trace message
+
+
+Arg = int | float | str | bool
+
+
+@dataclass
+class Slices:
+    """Slices of one track: start and end (ns), name, optional category and arguments per slice."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    names: Sequence[str]
+    categories: Sequence[str] | None = None
+    args: Sequence[dict[str, Arg]] | None = None
+    instant: bool = False  # marks (end = start) drawn as instants
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+def lanes(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, lane): the slices in (start, longest first) order and the lane of each, so that on one lane any two
+    slices are disjoint or one holds the other (what a Perfetto track can show). One lane when no two overlap."""
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    order = np.lexsort((-end, start))
+    s, e = start[order], end[order]
+    lane = np.zeros(len(s), dtype=np.int64)
+    if len(s) < 2 or bool((s[1:] >= np.maximum.accumulate(e)[:-1]).all()):
+        return order, lane
+    stacks: list[list[int]] = []  # per lane: ends of the open slices, innermost last
+    for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True)):
+        for k, stack in enumerate(stacks):
+            while stack and stack[-1] <= a:
+                stack.pop()
+            if not stack or stack[-1] >= b:
+                stack.append(b)
+                lane[i] = k
+                break
+        else:
+            stacks.append([b])
+            lane[i] = len(stacks) - 1
+    return order, lane
+
+
+@dataclass
+class _Track:
+    uuid: int
+    name: str
+    parent: int | None = None
+    pid: int | None = None  # a process-like group
+    rank: int = 0  # order among its siblings
+    events: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts, type, slice index, seq) per event
+    slices: list[tuple[str, str | None, dict[str, Arg] | None]] = field(default_factory=list)
+
+
+class PerfettoWriter:
+    """Tracks and slices collected, then written as one packet sequence with interned names."""
+
+    def __init__(self) -> None:
+        self.tracks: list[_Track] = []
+        self._uuid = 0x7A000000
+
+    def group(self, name: str, pid: int) -> int:
+        """A process-like group of tracks; its uuid."""
+        return self._add(name, None, pid)
+
+    def track(self, name: str, parent: int) -> int:
+        """A track under ``parent``; its uuid."""
+        return self._add(name, parent, None)
+
+    def _add(self, name: str, parent: int | None, pid: int | None) -> int:
+        self._uuid += 1
+        rank = sum(1 for t in self.tracks if t.parent == parent)
+        self.tracks.append(_Track(self._uuid, name, parent, pid, rank))
+        return self._uuid
+
+    def slices(self, name: str, parent: int, sl: Slices) -> int:
+        """``sl`` on a track named ``name`` under ``parent`` (more lanes where slices overlap without nesting);
+        the number of slices."""
+        if not len(sl):
+            return 0
+        order, lane = lanes(sl.start_ns, sl.end_ns)
+        tracks: dict[int, _Track] = {}
+        starts, ends = np.asarray(sl.start_ns, np.int64), np.asarray(sl.end_ns, np.int64)
+        for i, ln in zip(order.tolist(), lane.tolist(), strict=True):
+            tr = tracks.get(ln)
+            if tr is None:
+                uuid = self.track(name if ln == 0 else f"{name} · lane {ln + 1}", parent)
+                tr = tracks[ln] = self.tracks[-1]
+                assert tr.uuid == uuid
+            tr.slices.append((sl.names[i], sl.categories[i] if sl.categories is not None else None,
+                              sl.args[i] if sl.args is not None else None))
+            tr.events.append((int(starts[i]), int(ends[i]), len(tr.slices) - 1, 1 if sl.instant else 0))
+        return len(sl)
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def write(self, out: IO[bytes]) -> None:
+        """The trace: track descriptors, interned names, then every event in timestamp order."""
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+        interned = self._descriptors_and_names(out)
+        names, cats, arg_names, strings = (i.ids for i in interned)
+        begin, end, instant = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT
+        trace = Trace()
+        needs = trace.packet.add().SEQ_NEEDS_INCREMENTAL_STATE
+        del trace.packet[:]
+        for n, (ts, kind, ti, si) in enumerate(_ordered_events(self.tracks)):
+            t = self.tracks[ti]
+            p = trace.packet.add()
+            p.timestamp = ts
+            p.trusted_packet_sequence_id = _SEQUENCE
+            p.sequence_flags = needs
+            ev = p.track_event
+            ev.track_uuid = t.uuid
+            if kind == 1:
+                ev.type = end
+            else:
+                ev.type = begin if kind == 0 else instant
+                name, cat, args = t.slices[si]
+                ev.name_iid = names[name]
+                if cat is not None:
+                    ev.category_iids.append(cats[cat])
+                for key, value in (args or {}).items():
+                    _annotate(ev.debug_annotations.add(), arg_names[key], value, strings)
+            if (n + 1) % _CHUNK == 0:
+                out.write(trace.SerializeToString())
+                trace = Trace()
+        out.write(trace.SerializeToString())
+
+    def _descriptors_and_names(self, out: IO[bytes]) -> tuple[_Interner, _Interner, _Interner, _Interner]:
+        """Write the track descriptors and one packet interning every slice name, category, argument name and
+        string argument (which clears the sequence's state); the interners (names, categories, argument names,
+        strings)."""
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackDescriptor
+
+        trace = Trace()
+        for t in self.tracks:
+            desc = trace.packet.add().track_descriptor
+            desc.uuid = t.uuid
+            desc.name = t.name
+            if t.parent is not None:
+                desc.parent_uuid = t.parent
+                desc.sibling_order_rank = t.rank
+            if t.pid is not None:
+                desc.process.pid = t.pid
+                desc.process.process_name = t.name
+            desc.child_ordering = TrackDescriptor.EXPLICIT
+        names, cats, arg_names, strings = _Interner(), _Interner(), _Interner(), _Interner()
+        for t in self.tracks:
+            for name, cat, args in t.slices:
+                names.add(name)
+                if cat is not None:
+                    cats.add(cat)
+                for key, value in (args or {}).items():
+                    arg_names.add(key)
+                    if isinstance(value, str):
+                        strings.add(value)
+        first = trace.packet.add()
+        first.trusted_packet_sequence_id = _SEQUENCE
+        first.sequence_flags = first.SEQ_INCREMENTAL_STATE_CLEARED
+        first.first_packet_on_sequence = True
+        data = first.interned_data
+        for value, iid in names.ids.items():
+            data.event_names.add(iid=iid, name=value)
+        for value, iid in cats.ids.items():
+            data.event_categories.add(iid=iid, name=value)
+        for value, iid in arg_names.ids.items():
+            data.debug_annotation_names.add(iid=iid, name=value)
+        for value, iid in strings.ids.items():
+            data.debug_annotation_string_values.add(iid=iid, str=value.encode("utf-8"))
+        out.write(trace.SerializeToString())
+        return names, cats, arg_names, strings
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def add(self, value: str) -> None:
+        if value not in self.ids:
+            self.ids[value] = len(self.ids) + 1
+
+
+def _annotate(ann: Any, name_iid: int, value: Arg, string_ids: dict[str, int]) -> None:
+    ann.name_iid = name_iid
+    if isinstance(value, bool):
+        ann.bool_value = value
+    elif isinstance(value, (int, np.integer)):
+        ann.int_value = int(value)
+    elif isinstance(value, float):
+        ann.double_value = value
+    else:
+        ann.string_value_iid = string_ids[str(value)]
+
+
+def _ordered_events(tracks: list[_Track]) -> list[tuple[int, int, int, int]]:
+    """(ts, kind: 0 begin · 1 end · 2 instant, track index, slice index) of every track, in timestamp order; on one
+    track, an end comes before a begin at the same time and nested slices close innermost first."""
+    out: list[tuple[int, int, int, int]] = []
+    keys: list[int] = []
+    for ti, t in enumerate(tracks):
+        stack: list[int] = []
+        for start, end, si, is_instant in t.events:  # in (start, longest first) order
+            while stack and stack[-1] <= start:
+                out.append((stack.pop(), 1, ti, -1))
+            if is_instant:
+                out.append((start, 2, ti, si))
+                continue
+            out.append((start, 0, ti, si))
+            stack.append(end)
+        while stack:
+            out.append((stack.pop(), 1, ti, -1))
+    keys = [e[0] for e in out]
+    order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
+    return [out[i] for i in order.tolist()]
+
+
+# -- what is drawn ---------------------------------------------------------------------------------------------
+def build(summary: Summary, activity_of: Callable[[DeviceSummary], DeviceActivity]) -> PerfettoWriter:
+    """The tracks of ``summary``'s devices (``activity_of``: each device's kernels and memops) and of the host
+    ranges of their traces."""
+    from ..analysis.collectives import with_transfer
+    from ..communication import link_peak_gbps
+
+    w = PerfettoWriter()
+    traces: dict[int, Trace] = {}
+    owners: dict[int, list[DeviceSummary]] = {}
+    straggler = summary.cross_rank.straggler_rank if summary.cross_rank is not None else None
+    for i, dev in enumerate(summary.devices):
+        act = activity_of(dev)
+        traces[id(act.trace)] = act.trace
+        owners.setdefault(id(act.trace), []).append(dev)
+        root = w.group(device_label(dev.rank, dev.device, dev.name, with_name=True), i + 1)
+        window = representative_window(dev)
+        w.slices(STEPS, root, _steps(dev))
+        w.slices(LAYERS, root, _layers(dev))
+        mine = [f for f in summary.findings if _finding_device(f) == (dev.rank, dev.device)]
+        w.slices(FINDINGS, root, _findings(mine, window.start_ns, window.end_ns))
+        w.slices(EXPOSED, root, _plain(dev.comm_idle_gaps_ns, "exposed communication"))
+        w.slices(SM_IDLE, root, _idle(act))
+        coll = with_transfer(dev.collectives, dev.rank, summary.cross_rank, link_peak_gbps(dev.name)) \
+            if len(dev.collectives) else dev.collectives
+        w.slices(COLLECTIVES, root, _collectives(coll, summary, dev.rank))
+        if straggler is not None and dev.rank == straggler and summary.cross_rank is not None:
+            lo, hi = dev.window_ns
+            waits: dict[str, Arg] = {f"wait_ns_rank{r}": int(v) for r, v in summary.cross_rank.wait_ns_by_rank.items()}
+            w.slices(STRAGGLER, root, Slices(np.array([lo]), np.array([hi]), [f"straggler: rank {dev.rank}"],
+                                             args=[waits]))
+        for stream, sl in _streams(act):
+            w.slices(f"stream {stream}", root, sl)
+        for stream, sl in _gpu_ranges(act.trace, dev):
+            w.slices(f"annotations · stream {stream}", root, sl)
+    unowned = [f for f in summary.findings if _finding_device(f) not in
+               {(d.rank, d.device) for d in summary.devices}]
+    if unowned and summary.devices:
+        window = representative_window(summary.devices[0])
+        root = w.group("findings (whole run)", len(summary.devices) + 1)
+        w.slices(FINDINGS, root, _findings(unowned, window.start_ns, window.end_ns))
+    pid = len(summary.devices) + 2
+    for key, trace in traces.items():
+        ranks = sorted({d.rank for d in owners[key]})
+        for (rank, proc), by_thread in _host_ranges(trace, ranks):
+            root = w.group(f"rank {rank} · host (pid {proc})" if rank >= 0 else f"host (pid {proc})", pid)
+            pid += 1
+            for tid, sl in by_thread:
+                w.slices(f"thread {tid}", root, sl)
+    return w
+
+
+def write_perfetto(summary: Summary, activity_of: Callable[[DeviceSummary], DeviceActivity],
+                   out: IO[bytes]) -> PerfettoWriter:
+    """:func:`build`, written to ``out``; the writer (its tracks) is returned."""
+    w = build(summary, activity_of)
+    w.write(out)
+    return w
+
+
+def _ints(df: Any, column: str) -> np.ndarray:
+    return df[column].to_numpy(dtype=np.int64) if len(df) and column in df.columns else np.zeros(0, np.int64)
+
+
+def _plain(df: Any, name: str) -> Slices:
+    s, e = _ints(df, "start_ns"), _ints(df, "end_ns")
+    return Slices(s, e, [name] * len(s))
+
+
+def _steps(dev: DeviceSummary) -> Slices:
+    ps = dev.per_step
+    s, e = _ints(ps, "start_ns"), _ints(ps, "end_ns")
+    steps = _ints(ps, "step") if "step" in getattr(ps, "columns", ()) else np.arange(len(s))
+    return Slices(s, e, [f"step {k}" for k in steps.tolist()], args=[
+        {"step": int(k), "duration_ns": int(b - a), "source": dev.step_source}
+        for k, a, b in zip(steps.tolist(), s.tolist(), e.tolist(), strict=True)])
+
+
+def _layers(dev: DeviceSummary) -> Slices:
+    pl = dev.per_layer
+    s, e = _ints(pl, "start_ns"), _ints(pl, "end_ns")
+    if not len(s):
+        return Slices(s, e, [])
+    names = [str(n) for n in pl["name"].tolist()] if "name" in pl.columns else [f"layer {k}" for k in
+                                                                                _ints(pl, "layer").tolist()]
+    extra = [c for c in ("comm_ns", "comm_exposed_ns", "compute_ns") if c in pl.columns]
+    values = {c: _ints(pl, c).tolist() for c in ("step", "layer", *extra) if c in pl.columns}
+    args: list[dict[str, Arg]] = [{k: int(v[i]) for k, v in values.items()} | {"duration_ns": int(e[i] - s[i])}
+                                  for i in range(len(s))]
+    return Slices(s, e, names, args=args)
+
+
+def _finding_device(f: Finding) -> tuple[int, int] | None:
+    rank, device = f.evidence.get("rank"), f.evidence.get("device")
+    if isinstance(rank, (int, np.integer)) and isinstance(device, (int, np.integer)):
+        return int(rank), int(device)
+    return None
+
+
+def _findings(findings: Sequence[Finding], lo: int, hi: int) -> Slices:
+    """Each finding as a slice over the representative step: its title, with its impact per step as arguments."""
+    if hi <= lo or not findings:
+        return Slices(np.zeros(0, np.int64), np.zeros(0, np.int64), [])
+    args: list[dict[str, Arg]] = []
+    for f in findings:
+        a: dict[str, Arg] = {"id": f.id, "severity": f.severity, "impact": fmt_ns(f.impact_ns_per_step) + "/step"
+                             if f.impact_ns_per_step is not None else "not quantified"}
+        if f.impact_ns_per_step is not None:
+            a["impact_ns_per_step"] = int(f.impact_ns_per_step)
+        if f.impact_pct_of_step is not None:
+            a["impact_pct_of_step"] = float(f.impact_pct_of_step)
+        if f.recommendation:
+            a["recommendation"] = f.recommendation
+        args.append(a)
+    n = len(findings)
+    return Slices(np.full(n, lo, np.int64), np.full(n, hi, np.int64), [f.title for f in findings], args=args)
+
+
+def _idle(act: DeviceActivity) -> Slices:
+    from ..analysis import intervals as iv
+
+    s, e = iv.gaps(act.busy)
+    return Slices(s, e, ["SM idle"] * len(s))
+
+
+def _collectives(coll: Any, summary: Summary, rank: int) -> Slices:
+    """Each collective instance with its wait (from its start, until the last rank arrived) and transfer (the
+    rest) nested inside it; unmatched instances are all transfer."""
+    if not len(coll):
+        return Slices(np.zeros(0, np.int64), np.zeros(0, np.int64), [])
+    s, e = _ints(coll, "start_ns"), _ints(coll, "end_ns")
+    wait, transfer = _ints(coll, "wait_ns"), _ints(coll, "transfer_ns")
+    kinds = [str(k) for k in coll["kind"].tolist()]
+    raw_names = [str(n) for n in coll["name"].tolist()]
+    shown = [str(n) for n in display_names(raw_names)]
+    nbytes = _ints(coll, "bytes")
+    busbw = coll["busbw_gbps"].to_numpy(dtype=np.float64)
+    last = _last_arrival(coll, summary, rank)
+    matched = coll["matched"].to_numpy(dtype=bool)
+    starts, ends, names, args = [], [], [], []
+    for i in range(len(s)):
+        a: dict[str, Arg] = {"kernel": shown[i], "wait_ns": int(wait[i]), "transfer_ns": int(transfer[i]),
+                             "exposed_ns": int(coll["exposed_ns"].iloc[i]) if "exposed_ns" in coll.columns and
+                             coll["exposed_ns"].iloc[i] == coll["exposed_ns"].iloc[i] else -1,
+                             "matched_across_ranks": bool(matched[i])}
+        a["bytes"] = int(nbytes[i]) if nbytes[i] >= 0 else "unknown"
+        if busbw[i] == busbw[i]:
+            a["busbw_gbps"] = float(busbw[i])
+        if last[i] >= 0:
+            a["last_arrival_rank"] = int(last[i])
+        starts.append(s[i])
+        ends.append(e[i])
+        names.append(kinds[i])
+        args.append(a)
+        cut = min(int(s[i] + wait[i]), int(e[i]))
+        if wait[i] > 0:
+            starts.append(s[i])
+            ends.append(cut)
+            names.append(WAIT)
+            args.append({"wait_ns": int(wait[i])})
+        starts.append(cut)
+        ends.append(e[i])
+        names.append(TRANSFER)
+        args.append({"transfer_ns": int(e[i] - cut)})
+    return Slices(np.array(starts, np.int64), np.array(ends, np.int64), names, args=args)
+
+
+def _last_arrival(coll: Any, summary: Summary, rank: int) -> np.ndarray:
+    """The rank that arrived last at each of the device's collective instances (-1 where unmatched)."""
+    out = np.full(len(coll), -1, dtype=np.int64)
+    cross = summary.cross_rank
+    if cross is None or "last_arrival_rank" not in cross.per_collective.columns:
+        return out
+    column = f"start_ns_r{rank}"
+    per = cross.per_collective
+    if column not in per.columns:
+        return out
+    starts = per[column].to_numpy(dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    mine = _ints(coll, "start_ns")
+    pos = np.minimum(np.searchsorted(starts[order], mine), max(len(starts) - 1, 0))
+    if not len(starts):
+        return out
+    hit = starts[order][pos] == mine
+    out[hit] = per["last_arrival_rank"].to_numpy(dtype=np.int64)[order][pos][hit]
+    return out
+
+
+def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
+    """Kernels and memory operations per stream: display name, category = bucket, correlation id."""
+    trace = act.trace
+    parts = []
+    for table, bucket in ((act.kernels, act.kernel_bucket), (act.memops, act.memop_bucket)):
+        if not len(table):
+            continue
+        ids, inverse = np.unique(table["name_id"], return_inverse=True)
+        shown = np.array([n if n is not None else "(unnamed)" for n in display_names(trace.names(ids).tolist())],
+                         dtype=object)[inverse.ravel()]
+        cats = np.array(["unclassified" if b is None else str(b) for b in bucket], dtype=object)
+        parts.append((table["start_ns"], table["end_ns"], table["stream"], shown, cats, table["correlation"]))
+    if not parts:
+        return []
+    start, end, stream, name, cat, corr = (np.concatenate([p[i] for p in parts]) for i in range(6))
+    out = []
+    for st in np.unique(stream).tolist():
+        sel = np.flatnonzero(stream == st)
+        args: list[dict[str, Arg]] = [{"correlation": int(c)} for c in corr[sel].tolist()]
+        out.append((int(st), Slices(start[sel], end[sel], name[sel].tolist(), cat[sel].tolist(), args)))
+    return out
+
+
+def _range_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the trace's ranges of :data:`RANGE_KINDS` that were closed, and whether each is a mark."""
+    r = trace.ranges
+    if not len(r):
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    kind_ids = [trace.strings.get(k) for k in RANGE_KINDS]
+    keep = np.isin(r["kind_id"], [k for k in kind_ids if k >= 0]) & (r["end_ns"] >= r["start_ns"])
+    rows = np.flatnonzero(keep)
+    mark = trace.strings.get("nvtx_mark")
+    return rows, (r["kind_id"][rows] == mark) if mark >= 0 else np.zeros(len(rows), bool)
+
+
+def _range_slices(trace: Trace, rows: np.ndarray, marks: np.ndarray) -> Slices:
+    r = trace.ranges
+    names = ["(unnamed)" if n is None else str(n) for n in trace.names(r["name_id"][rows]).tolist()]
+    domains = trace.names(r["domain_id"][rows]).tolist() if "domain_id" in r else [None] * len(rows)
+    kinds = trace.names(r["kind_id"][rows]).tolist()
+    cats = [f"{k}:{d}" if d else str(k) for k, d in zip(kinds, domains, strict=True)]
+    return Slices(r["start_ns"][rows], np.where(marks, r["start_ns"][rows], r["end_ns"][rows]), names, cats)
+
+
+def _gpu_ranges(trace: Trace, dev: DeviceSummary) -> list[tuple[int, Slices]]:
+    rows, marks = _range_rows(trace)
+    r = trace.ranges
+    mine = (r["device"][rows] == dev.device) & ((r["rank"][rows] == dev.rank) | (dev.rank < 0)) & ~marks
+    out = []
+    for st in np.unique(r["stream"][rows][mine]).tolist():
+        sel = rows[mine][r["stream"][rows][mine] == st]
+        out.append((int(st), _range_slices(trace, sel, np.zeros(len(sel), bool))))
+    return out
+
+
+def _host_ranges(trace: Trace, ranks: list[int]) -> list[tuple[tuple[int, int], list[tuple[int, Slices]]]]:
+    """Host (CPU-side) ranges of the device ranks' processes, per (rank, pid) and thread."""
+    rows, marks = _range_rows(trace)
+    r = trace.ranges
+    host = r["device"][rows] < 0
+    if len(ranks) and min(ranks) >= 0:
+        host &= np.isin(r["rank"][rows], ranks) | (r["rank"][rows] < 0)
+    rows, marks = rows[host], marks[host]
+    out = []
+    keys = np.unique(np.stack([r["rank"][rows].astype(np.int64), r["pid"][rows].astype(np.int64)], axis=1),
+                     axis=0) if len(rows) else np.zeros((0, 2), np.int64)
+    for rank, pid in keys.tolist():
+        sel = (r["rank"][rows] == rank) & (r["pid"][rows] == pid)
+        threads = []
+        for tid in np.unique(r["tid"][rows][sel]).tolist():
+            t_sel = sel & (r["tid"][rows] == tid)
+            threads.append((int(tid), _range_slices(trace, rows[t_sel], marks[t_sel])))
+        out.append(((int(rank), int(pid)), threads))
+    return out
