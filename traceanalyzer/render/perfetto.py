@@ -343,8 +343,11 @@ def _layers(dev: DeviceSummary) -> Slices:
                                                                                 _ints(pl, "layer").tolist()]
     extra = [c for c in ("comm_ns", "comm_exposed_ns", "compute_ns") if c in pl.columns]
     values = {c: _ints(pl, c).tolist() for c in ("step", "layer", *extra) if c in pl.columns}
-    args: list[dict[str, Arg]] = [{k: int(v[i]) for k, v in values.items()} | {"duration_ns": int(e[i] - s[i])}
-                                  for i in range(len(s))]
+    args: list[dict[str, Arg]] = []
+    for i in range(len(s)):
+        row: dict[str, Arg] = {k: int(v[i]) for k, v in values.items()}
+        row["duration_ns"] = int(e[i] - s[i])
+        args.append(row)
     return Slices(s, e, names, args=args)
 
 
