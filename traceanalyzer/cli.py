@@ -53,13 +53,24 @@ _WINDOW = click.option("--window", default=None, metavar="START:END",
                             "(nsys: its own clock; Kineto: the first event). nsys exports are filtered in SQLite.")
 
 
+def _use_nsys(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        from .loaders.nsys_rep import NSYS_ENV
+
+        os.environ[NSYS_ENV] = str(value)  # read where a report is exported (loaders/nsys_rep.py)
+
+
+_NSYS = click.option("--nsys", type=_PATH, default=None, metavar="PATH", expose_value=False, callback=_use_nsys,
+                     help="The nsys executable that exports .nsys-rep reports to SQLite (default: nsys on PATH; "
+                          "env TRACEANALYZER_NSYS). The export is kept next to the report and reused.")
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _analysis_options(fn: F) -> F:
     """The options every command that runs the summary takes: --rules, -j, --step-range, --layer-pattern,
-    --gpu-log, --gpu-log-tz, --window (in that order in --help)."""
-    for option in (_WINDOW, _GPU_LOG_TZ, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
+    --gpu-log, --gpu-log-tz, --window, --nsys (in that order in --help)."""
+    for option in (_NSYS, _WINDOW, _GPU_LOG_TZ, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
         fn = option(fn)
     return fn
 
@@ -89,8 +100,9 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     """Explain GPU traces of LLM serving/training: kernel buckets, exposed communication (SM-idle during
     collectives), cross-rank wait, findings.
 
-    TRACE files are nsys SQLite exports (nsys export --type sqlite) or PyTorch profiler (Kineto) JSON traces
-    (.json or .json.gz); a directory stands for the rank traces inside it.
+    TRACE files are nsys SQLite exports (nsys export --type sqlite), Nsight Systems reports (.nsys-rep: exported
+    to SQLite with nsys once, the export kept beside the report) or PyTorch profiler (Kineto) JSON traces (.json
+    or .json.gz); a directory stands for the rank traces inside it.
 
     \b
     Examples:
@@ -108,6 +120,7 @@ def cli(ctx: click.Context, traceback: bool) -> None:
 @cli.command(short_help="What a trace file holds: format, versions, devices, counts.")
 @click.argument("trace", type=_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print the info JSON contract.")
+@_NSYS
 def info(trace: Path, as_json: bool) -> None:
     """What TRACE holds: format, tool and schema version, devices and ranks, raw activity counts.
 
@@ -341,6 +354,7 @@ class _DiffCommand(click.Command):
 @_JOBS
 @_STEP_RANGE
 @_LAYER_PATTERN
+@_NSYS
 @click.pass_context
 def diff(ctx: click.Context, before: tuple[Path, ...], after: tuple[Path, ...], as_json: bool, output: Path | None,
          fail_if_slower: float | None, rules: Path | None, jobs: int, step_range: str | None,
