@@ -122,3 +122,12 @@ def test_directory_with_report_and_export_counts_once(report: Path, tmp_path: Pa
     monkeypatch.setenv("PATH", str(_fake_nsys(tmp_path / "bin", tmp_path / "calls.log").parent))
     nsys_rep.as_export(report)
     assert expand_paths([report.parent]) == [report.with_suffix(".sqlite")]
+
+
+def test_report_content_without_its_suffix(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    # the first bytes of a real report written by nsys 2025.3.1 on the GPU machine (examples/nsys_rep_device.sh)
+    odd = tmp_path / "capture.bin"
+    odd.write_bytes(b"NVIDIA Tegra Profiler Report 363988880.\n\x0bLocal (CLI)")
+    assert main(["summary", str(odd)]) == 2
+    err = capsys.readouterr().err
+    assert "an Nsight Systems report without the .nsys-rep suffix" in err and "capture.nsys-rep" in err

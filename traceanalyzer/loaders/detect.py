@@ -14,6 +14,8 @@ from ..errors import BadInputError, UnknownFormatError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
+#: The first bytes of an Nsight Systems report (``.nsys-rep``, nsys 2025.3 seen), read through its export.
+NSYS_REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 
 # compressed containers a trace often travels in (gzip is read directly): magic → (name, unpack command)
 _ARCHIVES = {b"\xfd7zXZ\x00": ("xz", "xz -dk"), b"BZh": ("bzip2", "bunzip2 -k"),
@@ -100,6 +102,10 @@ def detect_format(path: str | Path) -> str:
         raise UnknownFormatError(p, "gzip file does not contain a JSON trace")
     if _first_json_byte(head) == b"{":
         return KINETO
+    if head.startswith(NSYS_REPORT_MAGIC):
+        raise UnknownFormatError(p, "an Nsight Systems report without the .nsys-rep suffix",
+                                 f"rename it to {p.stem}.nsys-rep (read through its SQLite export), or run "
+                                 f"nsys export --type sqlite {p.name}")
     for magic, (kind, unpack) in _ARCHIVES.items():
         if head.startswith(magic):
             raise UnknownFormatError(p, f"{kind}-compressed file", f"unpack it first ({unpack} {p.name})")
