@@ -201,14 +201,24 @@ def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
     assert [p.name for p in written.parent.iterdir()] == ["pair.html"]
 
 
-def test_report_of_nsys_export_defaults_to_reports_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from traceanalyzer.report import report
+def test_report_library_writes_only_where_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceanalyzer as ta
 
     monkeypatch.chdir(tmp_path)
-    written, summary = report([_need(NSYS_FILE)], cdn=True)
-    assert written == Path("reports/tp2_prefill_serial.html")
-    assert (tmp_path / written).stat().st_size < 1_000_000
+    page, summary = ta.report(_need(NSYS_FILE), cdn=True)  # no output: the HTML, nothing written
+    assert isinstance(page, str) and page.startswith("<!DOCTYPE html>") and len(page) < 1_000_000
+    assert list(tmp_path.iterdir()) == []
     assert len(summary.devices) == 2 and summary.traces[0].format == "nsys-sqlite"
+
+
+def test_report_cli_defaults_to_reports_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(_need(NSYS_FILE)), "--cdn"]) == 0
+    assert "report written: reports/tp2_prefill_serial.html" in capsys.readouterr().err
+    assert (tmp_path / "reports" / "tp2_prefill_serial.html").stat().st_size < 1_000_000
 
 
 def test_report_cli_prints_summary_and_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

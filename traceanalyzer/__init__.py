@@ -64,11 +64,15 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
 def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
            gpu_log: PathLike | None = None, cdn: bool = False, progress: ProgressFn | None = None,
-           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path, Summary]:
-    """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``.
+           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path | str, Summary]:
+    """The single-file HTML report for trace files: ``(html_path, Summary)`` when ``output`` names the file to write,
+    else ``(html_text, Summary)`` with nothing written (the ``report`` command writes
+    ``reports/<first trace name>.html`` by default; this function writes only where told).
 
-    ``output`` defaults to ``reports/<first trace name>.html``; ``cdn`` references plotly on its CDN instead of
-    inlining it. The other keywords are :func:`summary`'s.
+    ``cdn`` references plotly on its CDN instead of inlining it. The other keywords are :func:`summary`'s.
+
+    >>> html, s = ta.report("trace.sqlite")                      # doctest: +SKIP
+    >>> path, s = ta.report("trace.sqlite", output="run.html")  # doctest: +SKIP
     """
     from .report import report as _report
 

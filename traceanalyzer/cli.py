@@ -249,10 +249,11 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     """
     from .output import is_stdout
     from .progress import progress_bar
+    from .report import default_output
     from .report import report as report_fn
 
     with progress_bar("loading") as progress:
-        written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
+        written, result = report_fn(list(traces), output=output or default_output(traces), rules=rules, jobs=jobs, step_range=step_range,
                                     layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress,
                                     window=window, gpu_log_tz=gpu_log_tz)
     from .render.terminal import make_console, print_summary
