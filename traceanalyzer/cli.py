@@ -253,9 +253,9 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     from .report import report as report_fn
 
     with progress_bar("loading") as progress:
-        written, result = report_fn(list(traces), output=output or default_output(traces), rules=rules, jobs=jobs, step_range=step_range,
-                                    layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress,
-                                    window=window, gpu_log_tz=gpu_log_tz)
+        written, result = report_fn(list(traces), output=output or default_output(traces), rules=rules, jobs=jobs,
+                                    step_range=step_range, layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn,
+                                    progress=progress, window=window, gpu_log_tz=gpu_log_tz)
     from .render.terminal import make_console, print_summary
 
     to_stdout = is_stdout(written)
