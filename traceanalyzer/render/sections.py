@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 MAX_TABLE_ROWS = 200  # rows shown at once; the next ones sit behind a "more rows" expander
 MAX_EXPANDED_ROWS = 2000  # rows behind the expander at most (the page stays light); `export` has them all
+#: The same for the tables that grow with devices × layers or ranks × matched instances (per-layer, matched
+#: collectives): a row of theirs is wide, and the export and the Perfetto trace have every one.
+WIDE_EXPANDED_ROWS = 200
 TOP_KERNELS_PER_BUCKET = 10
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
@@ -236,17 +239,18 @@ def _cell(value: Any, col: str) -> str:
 
 
 def frame_table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
-                max_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
-    """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows."""
+                max_rows: int = MAX_TABLE_ROWS, expanded: int = MAX_EXPANDED_ROWS) -> dict[str, Any]:
+    """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows shown
+    and ``expanded`` more behind the expander; the number of rows left out after those."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    frame = df[cols].head(max_rows + MAX_EXPANDED_ROWS)
+    frame = df[cols].head(max_rows + expanded)
     if "name" in cols:
         frame = frame.assign(name=display_names(frame["name"].tolist()))
     heads = [_header(c) for c in cols]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
     rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in frame.itertuples(index=False)]
     return {"columns": heads, "rows": rows[:max_rows], "more": rows[max_rows:], "numeric": numeric,
-            "omitted": max(len(df) - max_rows - MAX_EXPANDED_ROWS, 0)}
+            "omitted": max(len(df) - max_rows - expanded, 0)}
 
 
 def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
@@ -260,7 +264,7 @@ def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         return None
     df = pd.concat(frames, ignore_index=True)
     return frame_table(df, ["device", "layer", "name", "occurrences", "comm_ns", "comm_exposed_ns", "compute_ns",
-                            "exposed_median_ns"])
+                            "exposed_median_ns"], expanded=WIDE_EXPANDED_ROWS)
 
 
 def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | None = None) -> dict[str, Any] | None:
@@ -347,7 +351,7 @@ def _matched_table(per: pd.DataFrame, max_rows: int = 50) -> dict[str, Any] | No
         per = per.assign(_wait=per[waits].sum(axis=1)).sort_values("_wait", ascending=False, kind="stable")
     cols = ["kind", "step", "step_ordinal", "seq", "transfer_ns", *durations, *waits, "arrival_skew_ns",
             "last_arrival_rank", "least_wait_rank"]
-    return frame_table(per, cols, max_rows=max_rows)
+    return frame_table(per, cols, max_rows=max_rows, expanded=WIDE_EXPANDED_ROWS - max_rows)
 
 
 def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:
