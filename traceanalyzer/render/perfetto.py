@@ -448,7 +448,8 @@ def _last_arrival(coll: Any, summary: Summary, rank: int) -> np.ndarray:
 
 
 def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
-    """Kernels and memory operations per stream: display name, category = bucket, correlation id."""
+    """Kernels and memory operations per stream: display name, category = bucket, correlation id, and the CUDA
+    graph id of kernels launched from a graph."""
     trace = act.trace
     parts = []
     for table, bucket in ((act.kernels, act.kernel_bucket), (act.memops, act.memop_bucket)):
@@ -458,14 +459,16 @@ def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
         shown = np.array([n if n is not None else "(unnamed)" for n in display_names(trace.names(ids).tolist())],
                          dtype=object)[inverse.ravel()]
         cats = np.array(["unclassified" if b is None else str(b) for b in bucket], dtype=object)
-        parts.append((table["start_ns"], table["end_ns"], table["stream"], shown, cats, table["correlation"]))
+        graph = table["graph_id"] if "graph_id" in table else np.full(len(table), -1, np.int64)
+        parts.append((table["start_ns"], table["end_ns"], table["stream"], shown, cats, table["correlation"], graph))
     if not parts:
         return []
-    start, end, stream, name, cat, corr = (np.concatenate([p[i] for p in parts]) for i in range(6))
+    start, end, stream, name, cat, corr, graph = (np.concatenate([p[i] for p in parts]) for i in range(7))
     out = []
     for st in np.unique(stream).tolist():
         sel = np.flatnonzero(stream == st)
-        args: list[dict[str, Arg]] = [{"correlation": int(c)} for c in corr[sel].tolist()]
+        args: list[dict[str, Arg]] = [{"correlation": int(c)} | ({"cuda_graph_id": int(g)} if g >= 0 else {})
+                                      for c, g in zip(corr[sel].tolist(), graph[sel].tolist(), strict=True)]
         out.append((int(st), Slices(start[sel], end[sel], name[sel].tolist(), cat[sel].tolist(), args)))
     return out
 
