@@ -467,8 +467,12 @@ def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
     out = []
     for st in np.unique(stream).tolist():
         sel = np.flatnonzero(stream == st)
-        args: list[dict[str, Arg]] = [{"correlation": int(c)} | ({"cuda_graph_id": int(g)} if g >= 0 else {})
-                                      for c, g in zip(corr[sel].tolist(), graph[sel].tolist(), strict=True)]
+        args: list[dict[str, Arg]] = []
+        for c, g in zip(corr[sel].tolist(), graph[sel].tolist(), strict=True):
+            row: dict[str, Arg] = {"correlation": int(c)}
+            if g >= 0:
+                row["cuda_graph_id"] = int(g)
+            args.append(row)
         out.append((int(st), Slices(start[sel], end[sel], name[sel].tolist(), cat[sel].tolist(), args)))
     return out
 
