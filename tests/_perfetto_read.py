@@ -19,6 +19,7 @@ class Slice:
     category: str | None
     args: dict[str, Any]
     depth: int
+    flows: tuple[int, ...] = ()
 
 
 @dataclass
@@ -63,7 +64,7 @@ def read(path: Path) -> ReadTrace:
     cats: dict[int, str] = {}
     arg_names: dict[int, str] = {}
     strings: dict[int, str] = {}
-    open_: dict[int, list[tuple[int, str, str | None, dict[str, Any]]]] = {}
+    open_: dict[int, list[tuple[int, str, str | None, dict[str, Any], tuple[int, ...]]]] = {}
     errors: list[str] = []
     last_ts = -1
     for p in trace.packet:
@@ -88,8 +89,8 @@ def read(path: Path) -> ReadTrace:
             if not stack:
                 errors.append(f"end without begin on track {ev.track_uuid} at {p.timestamp}")
                 continue
-            start, name, cat, args = stack.pop()
-            tracks[ev.track_uuid].slices.append(Slice(start, p.timestamp, name, cat, args, len(stack)))
+            start, name, cat, args, flows = stack.pop()
+            tracks[ev.track_uuid].slices.append(Slice(start, p.timestamp, name, cat, args, len(stack), flows))
             continue
         name = names[ev.name_iid] if ev.name_iid else ev.name
         cat = cats[ev.category_iids[0]] if ev.category_iids else None
@@ -101,6 +102,6 @@ def read(path: Path) -> ReadTrace:
         if ev.type == TrackEvent.TYPE_INSTANT:
             tracks[ev.track_uuid].instants.append(Slice(p.timestamp, p.timestamp, name, cat, args, len(stack)))
         else:
-            stack.append((p.timestamp, name, cat, args))
+            stack.append((p.timestamp, name, cat, args, tuple(ev.flow_ids)))
     errors += [f"unclosed slice on track {u}" for u, s in open_.items() if s]
     return ReadTrace(tracks, errors)

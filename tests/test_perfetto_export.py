@@ -188,6 +188,14 @@ def test_eight_ranks(tmp_path: Path):
             assert waits == []  # the last to arrive waits for no one
         else:
             assert waits and all(x.end_ns - x.start_ns == 20_000 for x in waits)
+    # one flow per matched all-reduce (12: 3 passes × 4 layers) links the 8 ranks' slices of that instance
+    flows: dict[int, list[int]] = {}
+    for rank in range(8):
+        for x in r.slices(_group(r, rank, rank), pf.COLLECTIVES):
+            for f in x.flows:
+                flows.setdefault(f, []).append(rank)
+    assert result.summary.cross_rank.collectives_matched == 12
+    assert len(flows) == 12 and all(sorted(v) == list(range(8)) for v in flows.values())
 
 
 def test_lanes_nest_or_split():

@@ -54,6 +54,7 @@ class Slices:
     categories: Sequence[str] | None = None
     args: Sequence[dict[str, Arg]] | None = None
     instant: bool = False  # marks (end = start) drawn as instants
+    flows: Sequence[int] | None = None  # a flow id per slice (> 0): slices of one id are linked, in time order
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -92,6 +93,7 @@ class _Track:
     rank: int = 0  # order among its siblings
     events: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts, type, slice index, seq) per event
     slices: list[tuple[str, str | None, dict[str, Arg] | None]] = field(default_factory=list)
+    flows: dict[int, int] = field(default_factory=dict)  # slice index → flow id
 
 
 class PerfettoWriter:
@@ -131,6 +133,8 @@ class PerfettoWriter:
                 assert tr.uuid == uuid
             tr.slices.append((sl.names[i], sl.categories[i] if sl.categories is not None else None,
                               sl.args[i] if sl.args is not None else None))
+            if sl.flows is not None and sl.flows[i] > 0:
+                tr.flows[len(tr.slices) - 1] = int(sl.flows[i])
             tr.events.append((int(starts[i]), int(ends[i]), len(tr.slices) - 1, 1 if sl.instant else 0))
         return len(sl)
 
@@ -158,6 +162,8 @@ class PerfettoWriter:
             else:
                 ev.type = begin if kind == 0 else instant
                 name, cat, args = t.slices[si]
+                if si in t.flows:
+                    ev.flow_ids.append(t.flows[si])
                 ev.name_iid = names[name]
                 if cat is not None:
                     ev.category_iids.append(cats[cat])
@@ -386,7 +392,8 @@ def _idle(act: DeviceActivity) -> Slices:
 
 def _collectives(coll: Any, summary: Summary, rank: int) -> Slices:
     """Each collective instance with its wait (from its start, until the last rank arrived) and transfer (the
-    rest) nested inside it; unmatched instances are all transfer."""
+    rest) nested inside it; unmatched instances are all transfer. The instances matched across ranks carry one flow
+    per matched instance (id = its row of the match + 1), which links the ranks' slices in the Perfetto UI."""
     if not len(coll):
         return Slices(np.zeros(0, np.int64), np.zeros(0, np.int64), [])
     s, e = _ints(coll, "start_ns"), _ints(coll, "end_ns")
@@ -396,9 +403,10 @@ def _collectives(coll: Any, summary: Summary, rank: int) -> Slices:
     shown = [str(n) for n in display_names(raw_names)]
     nbytes = _ints(coll, "bytes")
     busbw = coll["busbw_gbps"].to_numpy(dtype=np.float64)
-    last = _last_arrival(coll, summary, rank)
+    row = _match_rows(coll, summary, rank)
+    last = _last_arrival(row, summary)
     matched = coll["matched"].to_numpy(dtype=bool)
-    starts, ends, names, args = [], [], [], []
+    starts, ends, names, args, flows = [], [], [], [], []
     for i in range(len(s)):
         a: dict[str, Arg] = {"kernel": shown[i], "wait_ns": int(wait[i]), "transfer_ns": int(transfer[i]),
                              "exposed_ns": int(coll["exposed_ns"].iloc[i]) if "exposed_ns" in coll.columns and
@@ -409,42 +417,49 @@ def _collectives(coll: Any, summary: Summary, rank: int) -> Slices:
             a["busbw_gbps"] = float(busbw[i])
         if last[i] >= 0:
             a["last_arrival_rank"] = int(last[i])
-        starts.append(s[i])
-        ends.append(e[i])
-        names.append(kinds[i])
-        args.append(a)
+        if row[i] >= 0:
+            a["matched_instance"] = int(row[i])
         cut = min(int(s[i] + wait[i]), int(e[i]))
+        parts = [(int(s[i]), int(e[i]), kinds[i], a, int(row[i]) + 1)]
         if wait[i] > 0:
-            starts.append(s[i])
-            ends.append(cut)
-            names.append(WAIT)
-            args.append({"wait_ns": int(wait[i])})
-        starts.append(cut)
-        ends.append(e[i])
-        names.append(TRANSFER)
-        args.append({"transfer_ns": int(e[i] - cut)})
-    return Slices(np.array(starts, np.int64), np.array(ends, np.int64), names, args=args)
+            parts.append((int(s[i]), cut, WAIT, {"wait_ns": int(wait[i])}, 0))
+        parts.append((cut, int(e[i]), TRANSFER, {"transfer_ns": int(e[i]) - cut}, 0))
+        for lo, hi, name, arg, flow in parts:
+            starts.append(lo)
+            ends.append(hi)
+            names.append(name)
+            args.append(arg)
+            flows.append(flow)
+    return Slices(np.array(starts, np.int64), np.array(ends, np.int64), names, args=args, flows=flows)
 
 
-def _last_arrival(coll: Any, summary: Summary, rank: int) -> np.ndarray:
-    """The rank that arrived last at each of the device's collective instances (-1 where unmatched)."""
+def _match_rows(coll: Any, summary: Summary, rank: int) -> np.ndarray:
+    """The row of the cross-rank match (``CrossRankSummary.per_collective``) of each of the device's collective
+    instances, by this rank's start (-1 where unmatched)."""
     out = np.full(len(coll), -1, dtype=np.int64)
     cross = summary.cross_rank
-    if cross is None or "last_arrival_rank" not in cross.per_collective.columns:
-        return out
     column = f"start_ns_r{rank}"
-    per = cross.per_collective
-    if column not in per.columns:
+    if cross is None or column not in cross.per_collective.columns or not len(cross.per_collective):
         return out
-    starts = per[column].to_numpy(dtype=np.int64)
+    starts = cross.per_collective[column].to_numpy(dtype=np.int64)
     order = np.argsort(starts, kind="stable")
     mine = _ints(coll, "start_ns")
-    pos = np.minimum(np.searchsorted(starts[order], mine), max(len(starts) - 1, 0))
-    if not len(starts):
-        return out
+    pos = np.minimum(np.searchsorted(starts[order], mine), len(starts) - 1)
     hit = starts[order][pos] == mine
-    out[hit] = per["last_arrival_rank"].to_numpy(dtype=np.int64)[order][pos][hit]
+    out[hit] = order[pos][hit]
     return out
+
+
+def _last_arrival(rows: np.ndarray, summary: Summary) -> np.ndarray:
+    """The rank that arrived last at each matched instance (``rows`` of the match; -1 where unmatched or unknown)."""
+    cross = summary.cross_rank
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if cross is None or "last_arrival_rank" not in cross.per_collective.columns:
+        return out
+    last = cross.per_collective["last_arrival_rank"].to_numpy(dtype=np.float64)
+    hit = rows >= 0
+    value = np.where(hit, last[np.maximum(rows, 0)] if len(last) else -1, -1)
+    return np.where(np.isnan(value), -1, value).astype(np.int64)
 
 
 def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
