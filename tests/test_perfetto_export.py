@@ -217,3 +217,14 @@ def test_cli(tmp_path: Path):
     from traceanalyzer.cli import main
 
     assert main(["export", str(KINETO / "rank0.json.gz"), "-o", str(out), "--append"]) == 2
+
+
+def test_negative_timestamps_are_refused_and_nothing_written(tmp_path: Path):
+    from traceanalyzer.errors import BadInputError
+    from traceanalyzer.testing.synth import make_trace
+
+    trace = make_trace(kernels=[(-5_000, -1_000, 0, 7, "gemm_a", "gemm"), (0, 4_000, 0, 7, "gemm_b", "gemm")])
+    out = tmp_path / "neg.pftrace"
+    with pytest.raises(BadInputError, match="before 0"):
+        ta.export(trace, out, format="perfetto")
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -143,13 +143,19 @@ class PerfettoWriter:
         """The trace: track descriptors, interned names, then every event in timestamp order."""
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
+        events = _ordered_events(self.tracks)
+        if events and events[0][0] < 0:
+            from ..errors import BadInputError
+
+            raise BadInputError(None, f"a timestamp before 0 ({events[0][0]} ns) cannot be written to a Perfetto "
+                                "trace (its timestamps are unsigned)", "export to SQLite instead")
         interned = self._descriptors_and_names(out)
         names, cats, arg_names, strings = (i.ids for i in interned)
         begin, end, instant = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT
         trace = Trace()
         needs = trace.packet.add().SEQ_NEEDS_INCREMENTAL_STATE
         del trace.packet[:]
-        for n, (ts, kind, ti, si) in enumerate(_ordered_events(self.tracks)):
+        for n, (ts, kind, ti, si) in enumerate(events):
             t = self.tracks[ti]
             p = trace.packet.add()
             p.timestamp = ts
