@@ -228,3 +228,29 @@ def test_negative_timestamps_are_refused_and_nothing_written(tmp_path: Path):
     with pytest.raises(BadInputError, match="before 0"):
         ta.export(trace, out, format="perfetto")
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_trace_processor_sql(kineto_export: tuple[PerfettoResult, ReadTrace]):
+    """Where a trace processor binary is installed (``TRACE_PROCESSOR_SHELL`` or ``trace_processor_shell`` on PATH;
+    the perfetto package would download one, which a test never does): the steps and exposed communication by SQL."""
+    import os
+    import shutil
+
+    binary = os.environ.get("TRACE_PROCESSOR_SHELL") or shutil.which("trace_processor_shell")
+    if not binary:
+        pytest.skip("no trace_processor_shell binary installed")
+    from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+
+    result, _ = kineto_export
+    s = result.summary
+    assert s is not None
+    d = next(d for d in s.devices if d.rank == 0)
+    with TraceProcessor(trace=str(result.path), config=TraceProcessorConfig(bin_path=binary)) as tp:
+        rows = tp.query("SELECT s.ts, s.dur, t.name AS track FROM slice s JOIN track t ON s.track_id = t.id "
+                        "WHERE t.name IN ('steps', 'exposed communication (SM idle during collectives)') "
+                        "ORDER BY s.ts").as_pandas_dataframe()
+    steps = rows[rows["track"] == "steps"]
+    assert len(steps) == 2 * len(d.per_step)  # both ranks' steps tracks
+    assert set(d.per_step["start_ns"].tolist()) <= set(steps["ts"].tolist())
+    exposed = rows[rows["track"] != "steps"]
+    assert int(exposed["dur"].sum()) == sum(x.comm_exposed_ns for x in s.devices)
