@@ -124,7 +124,7 @@ def expand_paths(paths: list[str | Path], skipped: list[str] | None = None) -> l
     Anything named directly that is not a regular file or directory (a FIFO, a device) is bad input; inside a
     directory such entries are skipped and, when their names look like traces, listed in ``skipped``.
     """
-    from .nsys_rep import as_export, is_report
+    from .nsys_rep import as_export, beside, is_report
 
     files: list[Path] = []
     for raw in paths:
@@ -148,8 +148,9 @@ def expand_paths(paths: list[str | Path], skipped: list[str] | None = None) -> l
                 skipped.append(f"skipped {q}: {kind}, not a regular file")
         if not inside:
             raise BadInputError(p, "directory holds no trace files (*.sqlite, *.json, *.json.gz, *.nsys-rep)")
-        exports = [as_export(q) for q in inside if is_report(q)]
-        taken = {e.resolve() for e in exports}
+        reports = [q for q in inside if is_report(q)]
+        exports = [as_export(q) for q in reports]
+        taken = {e.resolve() for e in exports} | {beside(q).resolve() for q in reports}  # a stale one too
         inside = sorted([q for q in inside if not is_report(q) and q.resolve() not in taken] + exports)
         formats = {detect_format(q) for q in inside}
         if len(formats) > 1:
