@@ -128,9 +128,8 @@ class PerfettoWriter:
         for i, ln in zip(order.tolist(), lane.tolist(), strict=True):
             tr = tracks.get(ln)
             if tr is None:
-                uuid = self.track(name if ln == 0 else f"{name} · lane {ln + 1}", parent)
+                self.track(name if ln == 0 else f"{name} · lane {ln + 1}", parent)
                 tr = tracks[ln] = self.tracks[-1]
-                assert tr.uuid == uuid
             tr.slices.append((sl.names[i], sl.categories[i] if sl.categories is not None else None,
                               sl.args[i] if sl.args is not None else None))
             if sl.flows is not None and sl.flows[i] > 0:
@@ -250,7 +249,6 @@ def _ordered_events(tracks: list[_Track]) -> list[tuple[int, int, int, int]]:
     """(ts, kind: 0 begin · 1 end · 2 instant, track index, slice index) of every track, in timestamp order; on one
     track, an end comes before a begin at the same time and nested slices close innermost first."""
     out: list[tuple[int, int, int, int]] = []
-    keys: list[int] = []
     for ti, t in enumerate(tracks):
         stack: list[int] = []
         for start, end, si, is_instant in t.events:  # in (start, longest first) order
@@ -263,8 +261,7 @@ def _ordered_events(tracks: list[_Track]) -> list[tuple[int, int, int, int]]:
             stack.append(end)
         while stack:
             out.append((stack.pop(), 1, ti, -1))
-    keys = [e[0] for e in out]
-    order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
+    order = np.argsort(np.asarray([e[0] for e in out], dtype=np.int64), kind="stable")
     return [out[i] for i in order.tolist()]
 
 
