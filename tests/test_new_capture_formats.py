@@ -91,3 +91,18 @@ def test_cuda_graph_ids_kept_on_kernels(tmp_path: Path):
     r = read(out)
     stream = [x for tr in r.tracks.values() if tr.name == "stream 7" for x in tr.slices]
     assert [x.args.get("cuda_graph_id") for x in sorted(stream, key=lambda x: x.start_ns)] == [5, 5, 5, None, None]
+
+
+def test_kineto_graph_replay_as_torch_211_writes_it():
+    """A real Kineto capture of CUDA-graph replays (fixtures/kineto/graph_replay, torch 2.11 on an H200): the JSON
+    gives graph kernels no graph or node id, only the correlation of their cudaGraphLaunch — 3 replays × (gemm,
+    relu) share correlations 7, 30, 53; the 3 eager matmuls have their own launches (20, 43, 66)."""
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "graph_replay" / \
+        "torch211_graph_replay.json.gz"
+    t = ta.load(path)
+    k = t.kernels
+    assert len(k) == 9 and (k["graph_id"] == -1).all()
+    assert sorted(k["correlation"].tolist()) == [7, 7, 20, 30, 30, 43, 53, 53, 66]
+    launches = t.df("api_calls")
+    graph_calls = launches[launches["name"].astype(str) == "cudaGraphLaunch"]["correlation"].tolist()
+    assert graph_calls == [7, 30, 53]
