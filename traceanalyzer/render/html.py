@@ -210,6 +210,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
         "step_plot": plots.add(figures.step_figure(devices, plot_text)),
         **dict(zip(("timelines", "layer_zoom"), _timelines(summary, traces, plots), strict=True)),
         "timelines_omitted": max(len(devices) - MAX_TIMELINES, 0),
+        "same_step_pct": f"{100 * SAME_STEP_SHARE:g}",
         "layer_plot": plots.add(figures.layer_figure(devices, plot_text)),
         "layer_table": sections.layer_rows(devices),
         "collective_plot": plots.add(figures.collective_figure(devices, plot_text)),
