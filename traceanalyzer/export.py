@@ -198,7 +198,7 @@ def write_perfetto(summary: Summary, output: PathLike, *, append: bool = False,
         counts: dict[str, int] = {}
         for t in w.tracks:
             base = t.name.split(" · lane ")[0]
-            counts[base] = counts.get(base, 0) + len(t.slices)
+            counts[base] = counts.get(base, 0) + len(t)
         written.append(PerfettoResult(path=target, tracks=len(w.tracks), slices=counts, summary=summary))
 
     write_built(target, build, inputs=[t.path for t in summary.traces])

@@ -46,7 +46,9 @@ Arg = int | float | str | bool
 
 @dataclass
 class Slices:
-    """Slices of one track: start and end (ns), name, optional category and arguments per slice."""
+    """Slices of one track: start and end (ns), name, optional category and arguments per slice (``args``: a dict
+    per slice; ``columns``: integer arguments as columns, a negative value meaning none — what a million kernels
+    need)."""
 
     start_ns: np.ndarray
     end_ns: np.ndarray
@@ -55,6 +57,7 @@ class Slices:
     args: Sequence[dict[str, Arg]] | None = None
     instant: bool = False  # marks (end = start) drawn as instants
     flows: Sequence[int] | None = None  # a flow id per slice (> 0): slices of one id are linked, in time order
+    columns: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -91,9 +94,11 @@ class _Track:
     parent: int | None = None
     pid: int | None = None  # a process-like group
     rank: int = 0  # order among its siblings
-    events: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts, type, slice index, seq) per event
-    slices: list[tuple[str, str | None, dict[str, Arg] | None]] = field(default_factory=list)
-    flows: dict[int, int] = field(default_factory=dict)  # slice index → flow id
+    slices: Slices | None = None  # what its rows index
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # in (start, longest first) order
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
 
 class PerfettoWriter:
@@ -123,18 +128,10 @@ class PerfettoWriter:
         if not len(sl):
             return 0
         order, lane = lanes(sl.start_ns, sl.end_ns)
-        tracks: dict[int, _Track] = {}
-        starts, ends = np.asarray(sl.start_ns, np.int64), np.asarray(sl.end_ns, np.int64)
-        for i, ln in zip(order.tolist(), lane.tolist(), strict=True):
-            tr = tracks.get(ln)
-            if tr is None:
-                self.track(name if ln == 0 else f"{name} · lane {ln + 1}", parent)
-                tr = tracks[ln] = self.tracks[-1]
-            tr.slices.append((sl.names[i], sl.categories[i] if sl.categories is not None else None,
-                              sl.args[i] if sl.args is not None else None))
-            if sl.flows is not None and sl.flows[i] > 0:
-                tr.flows[len(tr.slices) - 1] = int(sl.flows[i])
-            tr.events.append((int(starts[i]), int(ends[i]), len(tr.slices) - 1, 1 if sl.instant else 0))
+        for ln in range(int(lane.max()) + 1):
+            self.track(name if ln == 0 else f"{name} · lane {ln + 1}", parent)
+            self.tracks[-1].slices = sl
+            self.tracks[-1].rows = order[lane == ln]
         return len(sl)
 
     # -- writing ---------------------------------------------------------------------------------------------
@@ -142,42 +139,33 @@ class PerfettoWriter:
         """The trace: track descriptors, interned names, then every event in timestamp order."""
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
-        events = _ordered_events(self.tracks)
-        if events and events[0][0] < 0:
+        ts, kind, track, row = _ordered_events(self.tracks)
+        if len(ts) and ts[0] < 0:
             from ..errors import BadInputError
 
-            raise BadInputError(None, f"a timestamp before 0 ({events[0][0]} ns) cannot be written to a Perfetto "
+            raise BadInputError(None, f"a timestamp before 0 ({int(ts[0])} ns) cannot be written to a Perfetto "
                                 "trace (its timestamps are unsigned)", "export to SQLite instead")
-        interned = self._descriptors_and_names(out)
-        names, cats, arg_names, strings = (i.ids for i in interned)
-        begin, end, instant = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT
+        names, cats, arg_names, strings = (i.ids for i in self._descriptors_and_names(out))
+        types = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT)
         trace = Trace()
         needs = trace.packet.add().SEQ_NEEDS_INCREMENTAL_STATE
         del trace.packet[:]
-        for n, (ts, kind, ti, si) in enumerate(events):
-            t = self.tracks[ti]
-            p = trace.packet.add()
-            p.timestamp = ts
-            p.trusted_packet_sequence_id = _SEQUENCE
-            p.sequence_flags = needs
-            ev = p.track_event
-            ev.track_uuid = t.uuid
-            if kind == 1:
-                ev.type = end
-            else:
-                ev.type = begin if kind == 0 else instant
-                name, cat, args = t.slices[si]
-                if si in t.flows:
-                    ev.flow_ids.append(t.flows[si])
-                ev.name_iid = names[name]
-                if cat is not None:
-                    ev.category_iids.append(cats[cat])
-                for key, value in (args or {}).items():
-                    _annotate(ev.debug_annotations.add(), arg_names[key], value, strings)
-            if (n + 1) % _CHUNK == 0:
-                out.write(trace.SerializeToString())
-                trace = Trace()
-        out.write(trace.SerializeToString())
+        for lo in range(0, len(ts), _CHUNK):
+            hi = min(lo + _CHUNK, len(ts))
+            for t_ns, k, ti, i in zip(ts[lo:hi].tolist(), kind[lo:hi].tolist(), track[lo:hi].tolist(),
+                                      row[lo:hi].tolist(), strict=True):
+                t = self.tracks[ti]
+                p = trace.packet.add()
+                p.timestamp = t_ns
+                p.trusted_packet_sequence_id = _SEQUENCE
+                p.sequence_flags = needs
+                ev = p.track_event
+                ev.track_uuid = t.uuid
+                ev.type = types[k]
+                if k != 1 and t.slices is not None:
+                    _describe(ev, t.slices, i, names, cats, arg_names, strings)
+            out.write(trace.SerializeToString())
+            trace = Trace()
 
     def _descriptors_and_names(self, out: IO[bytes]) -> tuple[_Interner, _Interner, _Interner, _Interner]:
         """Write the track descriptors and one packet interning every slice name, category, argument name and
@@ -199,14 +187,19 @@ class PerfettoWriter:
             desc.child_ordering = TrackDescriptor.EXPLICIT
         names, cats, arg_names, strings = _Interner(), _Interner(), _Interner(), _Interner()
         for t in self.tracks:
-            for name, cat, args in t.slices:
-                names.add(name)
-                if cat is not None:
-                    cats.add(cat)
-                for key, value in (args or {}).items():
+            sl = t.slices
+            if sl is None:
+                continue
+            for i in t.rows.tolist():
+                names.add(sl.names[i])
+                if sl.categories is not None:
+                    cats.add(sl.categories[i])
+                for key, value in (sl.args[i] if sl.args is not None else {}).items():
                     arg_names.add(key)
                     if isinstance(value, str):
                         strings.add(value)
+            for key in sl.columns or {}:
+                arg_names.add(key)
         first = trace.packet.add()
         first.trusted_packet_sequence_id = _SEQUENCE
         first.sequence_flags = first.SEQ_INCREMENTAL_STATE_CLEARED
@@ -222,6 +215,22 @@ class PerfettoWriter:
             data.debug_annotation_string_values.add(iid=iid, str=value.encode("utf-8"))
         out.write(trace.SerializeToString())
         return names, cats, arg_names, strings
+
+
+def _describe(ev: Any, sl: Slices, i: int, names: dict[str, int], cats: dict[str, int], arg_names: dict[str, int],
+              strings: dict[str, int]) -> None:
+    """Name, category, arguments and flow of slice ``i`` on its begin (or instant) event."""
+    ev.name_iid = names[sl.names[i]]
+    if sl.categories is not None:
+        ev.category_iids.append(cats[sl.categories[i]])
+    for key, value in (sl.args[i] if sl.args is not None else {}).items():
+        _annotate(ev.debug_annotations.add(), arg_names[key], value, strings)
+    for key, column in (sl.columns or {}).items():
+        number = int(column[i])
+        if number >= 0:
+            _annotate(ev.debug_annotations.add(), arg_names[key], number, strings)
+    if sl.flows is not None and sl.flows[i] > 0:
+        ev.flow_ids.append(int(sl.flows[i]))
 
 
 class _Interner:
@@ -245,24 +254,52 @@ def _annotate(ann: Any, name_iid: int, value: Arg, string_ids: dict[str, int]) -
         ann.string_value_iid = string_ids[str(value)]
 
 
-def _ordered_events(tracks: list[_Track]) -> list[tuple[int, int, int, int]]:
-    """(ts, kind: 0 begin · 1 end · 2 instant, track index, slice index) of every track, in timestamp order; on one
-    track, an end comes before a begin at the same time and nested slices close innermost first."""
-    out: list[tuple[int, int, int, int]] = []
-    for ti, t in enumerate(tracks):
-        stack: list[int] = []
-        for start, end, si, is_instant in t.events:  # in (start, longest first) order
-            while stack and stack[-1] <= start:
-                out.append((stack.pop(), 1, ti, -1))
-            if is_instant:
-                out.append((start, 2, ti, si))
-                continue
-            out.append((start, 0, ti, si))
-            stack.append(end)
-        while stack:
-            out.append((stack.pop(), 1, ti, -1))
-    order = np.argsort(np.asarray([e[0] for e in out], dtype=np.int64), kind="stable")
-    return [out[i] for i in order.tolist()]
+def _track_events(t: _Track) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ts, kind: 0 begin · 1 end · 2 instant, row) of one track's events in the order they happen: an end before
+    a begin at the same time, nested slices closed innermost first (one vectorized pass when none nest)."""
+    sl = t.slices
+    if sl is None or not len(t.rows):
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    rows = t.rows
+    s = np.asarray(sl.start_ns, np.int64)[rows]
+    e = np.asarray(sl.end_ns, np.int64)[rows]
+    if sl.instant:
+        return s, np.full(len(s), 2, np.int64), rows
+    if len(s) < 2 or bool((s[1:] >= e[:-1]).all()):  # one after the other: begin, end, begin, end …
+        return (np.column_stack((s, e)).ravel(), np.tile(np.array([0, 1], np.int64), len(s)), np.repeat(rows, 2))
+    ts: list[int] = []
+    kind: list[int] = []
+    row: list[int] = []
+    stack: list[int] = []
+    for a, b, r in zip(s.tolist(), e.tolist(), rows.tolist(), strict=True):
+        while stack and stack[-1] <= a:
+            ts.append(stack.pop())
+            kind.append(1)
+            row.append(-1)
+        ts.append(a)
+        kind.append(0)
+        row.append(r)
+        stack.append(b)
+    while stack:
+        ts.append(stack.pop())
+        kind.append(1)
+        row.append(-1)
+    return np.array(ts, np.int64), np.array(kind, np.int64), np.array(row, np.int64)
+
+
+def _ordered_events(tracks: list[_Track]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ts, kind, track index, row) of every track's events, in timestamp order; a track's own order kept."""
+    parts = [(*_track_events(t), ti) for ti, t in enumerate(tracks)]
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, empty
+    ts = np.concatenate([p[0] for p in parts])
+    kind = np.concatenate([p[1] for p in parts])
+    track = np.concatenate([np.full(len(p[0]), p[3], np.int64) for p in parts])
+    row = np.concatenate([p[2] for p in parts])
+    order = np.argsort(ts, kind="stable")
+    return ts[order], kind[order], track[order], row[order]
 
 
 # -- what is drawn ---------------------------------------------------------------------------------------------
@@ -485,13 +522,8 @@ def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
     out = []
     for st in np.unique(stream).tolist():
         sel = np.flatnonzero(stream == st)
-        args: list[dict[str, Arg]] = []
-        for c, g in zip(corr[sel].tolist(), graph[sel].tolist(), strict=True):
-            row: dict[str, Arg] = {"correlation": int(c)}
-            if g >= 0:
-                row["cuda_graph_id"] = int(g)
-            args.append(row)
-        out.append((int(st), Slices(start[sel], end[sel], name[sel].tolist(), cat[sel].tolist(), args)))
+        out.append((int(st), Slices(start[sel], end[sel], name[sel].tolist(), cat[sel].tolist(),
+                                    columns={"correlation": corr[sel], "cuda_graph_id": graph[sel]})))
     return out
 
 
