@@ -30,6 +30,8 @@ class Track:
     pid: int | None
     slices: list[Slice] = field(default_factory=list)
     instants: list[Slice] = field(default_factory=list)
+    counter: bool = False
+    samples: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -71,7 +73,7 @@ def read(path: Path) -> ReadTrace:
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
             tracks[d.uuid] = Track(d.uuid, d.name, d.parent_uuid if d.HasField("parent_uuid") else None,
-                                   d.process.pid if d.HasField("process") else None)
+                                   d.process.pid if d.HasField("process") else None, counter=d.HasField("counter"))
         if p.HasField("interned_data"):
             i = p.interned_data
             names.update({e.iid: e.name for e in i.event_names})
@@ -84,6 +86,9 @@ def read(path: Path) -> ReadTrace:
             errors.append(f"timestamps out of order at {p.timestamp}")
         last_ts = p.timestamp
         ev = p.track_event
+        if ev.type == TrackEvent.TYPE_COUNTER:
+            tracks[ev.track_uuid].samples.append((p.timestamp, ev.double_counter_value))
+            continue
         stack = open_.setdefault(ev.track_uuid, [])
         if ev.type == TrackEvent.TYPE_SLICE_END:
             if not stack:

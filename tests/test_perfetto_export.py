@@ -254,3 +254,18 @@ def test_trace_processor_sql(kineto_export: tuple[PerfettoResult, ReadTrace]):
     assert set(d.per_step["start_ns"].tolist()) <= set(steps["ts"].tolist())
     exposed = rows[rows["track"] != "steps"]
     assert int(exposed["dur"].sum()) == sum(x.comm_exposed_ns for x in s.devices)
+
+
+def test_gpu_metrics_as_counter_tracks(tmp_path: Path):
+    """nsys GPU_METRICS samples become one counter track per metric under their GPU, values and times unchanged."""
+    kernels = [(1_000, 9_000, 0, 7, "nvjet_gemm"), (11_000, 19_000, 0, 7, "nvjet_gemm")]
+    metrics = [(t, 0, "SMs Active [Throughput %]", v) for t, v in ((2_000, 40.0), (12_000, 95.5), (22_000, 0.0))]
+    metrics += [(t, 0, "DRAM Read Bandwidth [Throughput %]", 10.0) for t in (2_000, 12_000)]
+    path = write_nsys_export(tmp_path / "metrics.sqlite", kernels, gpu_metrics=metrics)
+    out = tmp_path / "metrics.pftrace"
+    ta.export(path, out)
+    r = read(out)
+    assert r.errors == []
+    counters = {t.name: t.samples for t in r.tracks.values() if t.counter}
+    assert counters == {"GPU metric: SMs Active [Throughput %]": [(2_000, 40.0), (12_000, 95.5), (22_000, 0.0)],
+                        "GPU metric: DRAM Read Bandwidth [Throughput %]": [(2_000, 10.0), (12_000, 10.0)]}

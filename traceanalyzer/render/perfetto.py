@@ -4,7 +4,8 @@ protos: open it in the Perfetto UI beside the kernels you already know.
 One process-like track group per (rank, device) holds, from the top: the analysis tracks — steps, layers, findings
 (over the representative step, with their impact per step), exposed communication (SM idle during collectives),
 SM idle (no kernel or copy), collectives split into wait and transfer (the cross-rank match), the straggler — then
-one track per CUDA stream (kernels and memory operations, category = bucket) and the GPU-side annotation ranges.
+one track per CUDA stream (kernels and memory operations, category = bucket), the GPU-side annotation ranges and a
+counter track per sampled GPU metric.
 Host NVTX / annotation ranges go to one group per (rank, process), one track per thread. Every timestamp is the
 normalized trace's integer ns, unchanged (each trace keeps its own clock, as in the source); slices that overlap
 without nesting on one stream or thread are put on extra lanes (``stream 7 · lane 2``). Names, categories and
@@ -58,6 +59,7 @@ class Slices:
     instant: bool = False  # marks (end = start) drawn as instants
     flows: Sequence[int] | None = None  # a flow id per slice (> 0): slices of one id are linked, in time order
     columns: dict[str, np.ndarray] | None = None
+    values: np.ndarray | None = None  # a counter track: one sample (value at start_ns) per row, no slices
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -122,6 +124,17 @@ class PerfettoWriter:
         self.tracks.append(_Track(self._uuid, name, parent, pid, rank))
         return self._uuid
 
+    def counter(self, name: str, parent: int, ts: np.ndarray, values: np.ndarray) -> int:
+        """A counter track of samples (value at each time) under ``parent``; the number of samples."""
+        if not len(ts):
+            return 0
+        self.track(name, parent)
+        order = np.argsort(ts, kind="stable")
+        self.tracks[-1].slices = Slices(np.asarray(ts, np.int64), np.asarray(ts, np.int64), [name] * len(ts),
+                                        values=np.asarray(values, np.float64))
+        self.tracks[-1].rows = order
+        return len(ts)
+
     def slices(self, name: str, parent: int, sl: Slices) -> int:
         """``sl`` on a track named ``name`` under ``parent`` (more lanes where slices overlap without nesting);
         the number of slices."""
@@ -146,7 +159,8 @@ class PerfettoWriter:
             raise BadInputError(None, f"a timestamp before 0 ({int(ts[0])} ns) cannot be written to a Perfetto "
                                 "trace (its timestamps are unsigned)", "export to SQLite instead")
         names, cats, arg_names, strings = (i.ids for i in self._descriptors_and_names(out))
-        types = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT)
+        types = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT,
+                 TrackEvent.TYPE_COUNTER)
         trace = Trace()
         needs = trace.packet.add().SEQ_NEEDS_INCREMENTAL_STATE
         del trace.packet[:]
@@ -162,7 +176,9 @@ class PerfettoWriter:
                 ev = p.track_event
                 ev.track_uuid = t.uuid
                 ev.type = types[k]
-                if k != 1 and t.slices is not None:
+                if k == 3 and t.slices is not None and t.slices.values is not None:
+                    ev.double_counter_value = float(t.slices.values[i])
+                elif k != 1 and t.slices is not None:
                     _describe(ev, t.slices, i, names, cats, arg_names, strings)
             out.write(trace.SerializeToString())
             trace = Trace()
@@ -184,22 +200,13 @@ class PerfettoWriter:
             if t.pid is not None:
                 desc.process.pid = t.pid
                 desc.process.process_name = t.name
+            if t.slices is not None and t.slices.values is not None:
+                desc.counter.SetInParent()
             desc.child_ordering = TrackDescriptor.EXPLICIT
         names, cats, arg_names, strings = _Interner(), _Interner(), _Interner(), _Interner()
         for t in self.tracks:
-            sl = t.slices
-            if sl is None:
-                continue
-            for i in t.rows.tolist():
-                names.add(sl.names[i])
-                if sl.categories is not None:
-                    cats.add(sl.categories[i])
-                for key, value in (sl.args[i] if sl.args is not None else {}).items():
-                    arg_names.add(key)
-                    if isinstance(value, str):
-                        strings.add(value)
-            for key in sl.columns or {}:
-                arg_names.add(key)
+            if t.slices is not None and t.slices.values is None:
+                _intern(t.slices, t.rows, names, cats, arg_names, strings)
         first = trace.packet.add()
         first.trusted_packet_sequence_id = _SEQUENCE
         first.sequence_flags = first.SEQ_INCREMENTAL_STATE_CLEARED
@@ -215,6 +222,21 @@ class PerfettoWriter:
             data.debug_annotation_string_values.add(iid=iid, str=value.encode("utf-8"))
         out.write(trace.SerializeToString())
         return names, cats, arg_names, strings
+
+
+def _intern(sl: Slices, rows: np.ndarray, names: _Interner, cats: _Interner, arg_names: _Interner,
+            strings: _Interner) -> None:
+    """The names, categories, argument names and string arguments of the slices ``rows`` of ``sl``."""
+    for i in rows.tolist():
+        names.add(sl.names[i])
+        if sl.categories is not None:
+            cats.add(sl.categories[i])
+        for key, value in (sl.args[i] if sl.args is not None else {}).items():
+            arg_names.add(key)
+            if isinstance(value, str):
+                strings.add(value)
+    for key in sl.columns or {}:
+        arg_names.add(key)
 
 
 def _describe(ev: Any, sl: Slices, i: int, names: dict[str, int], cats: dict[str, int], arg_names: dict[str, int],
@@ -255,8 +277,9 @@ def _annotate(ann: Any, name_iid: int, value: Arg, string_ids: dict[str, int]) -
 
 
 def _track_events(t: _Track) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ts, kind: 0 begin · 1 end · 2 instant, row) of one track's events in the order they happen: an end before
-    a begin at the same time, nested slices closed innermost first (one vectorized pass when none nest)."""
+    """(ts, kind: 0 begin · 1 end · 2 instant · 3 counter sample, row) of one track's events in the order they
+    happen: an end before a begin at the same time, nested slices closed innermost first (one vectorized pass when
+    none nest)."""
     sl = t.slices
     if sl is None or not len(t.rows):
         empty = np.zeros(0, np.int64)
@@ -264,8 +287,8 @@ def _track_events(t: _Track) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows = t.rows
     s = np.asarray(sl.start_ns, np.int64)[rows]
     e = np.asarray(sl.end_ns, np.int64)[rows]
-    if sl.instant:
-        return s, np.full(len(s), 2, np.int64), rows
+    if sl.instant or sl.values is not None:
+        return s, np.full(len(s), 3 if sl.values is not None else 2, np.int64), rows
     if len(s) < 2 or bool((s[1:] >= e[:-1]).all()):  # one after the other: begin, end, begin, end …
         return (np.column_stack((s, e)).ravel(), np.tile(np.array([0, 1], np.int64), len(s)), np.repeat(rows, 2))
     ts: list[int] = []
@@ -337,6 +360,8 @@ def build(summary: Summary, activity_of: Callable[[DeviceSummary], DeviceActivit
             w.slices(f"stream {stream}", root, sl)
         for stream, sl in _gpu_ranges(act.trace, dev):
             w.slices(f"annotations · stream {stream}", root, sl)
+        for metric, (ts, values) in _gpu_metrics(act.trace, dev.device):
+            w.counter(f"GPU metric: {metric}", root, ts, values)
     unowned = [f for f in summary.findings if _finding_device(f) not in
                {(d.rank, d.device) for d in summary.devices}]
     if unowned and summary.devices:
@@ -524,6 +549,19 @@ def _streams(act: DeviceActivity) -> Iterable[tuple[int, Slices]]:
         sel = np.flatnonzero(stream == st)
         out.append((int(st), Slices(start[sel], end[sel], name[sel].tolist(), cat[sel].tolist(),
                                     columns={"correlation": corr[sel], "cuda_graph_id": graph[sel]})))
+    return out
+
+
+def _gpu_metrics(trace: Trace, device: int) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+    """The GPU's sampled metrics (nsys GPU_METRICS), per metric: sample times and values."""
+    g = trace.gpu_metrics
+    if not len(g):
+        return []
+    mine = g["device"] == device
+    out = []
+    for mid in np.unique(g["metric_id"][mine]).tolist():
+        sel = mine & (g["metric_id"] == mid)
+        out.append((str(trace.strings[mid]) if mid >= 0 else "metric", (g["timestamp_ns"][sel], g["value"][sel])))
     return out
 
 
