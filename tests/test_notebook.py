@@ -39,6 +39,7 @@ def test_entry_points_have_typed_signatures() -> None:
         params = inspect.signature(fn).parameters.values()
         assert not [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD], fn.__name__
         hints = typing.get_type_hints(fn, globalns=vars(ta) | {"Summary": object, "ExportResult": object,
+                                                                "PerfettoResult": object,
                                                                 "ProgressFn": object})
         assert "return" in hints and hints["return"] is not typing.Any
     assert "step_range" in inspect.signature(ta.summary).parameters

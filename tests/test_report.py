@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from _report_data import HOSTILE, STEP_NS, make_summary, make_traces
 
+from traceanalyzer.render import html as ta_html
 from traceanalyzer.render import timeline
 from traceanalyzer.render.html import json_for_script, render_html
 from traceanalyzer.report import default_output
@@ -70,9 +71,11 @@ def test_sections_in_order_and_findings_by_impact(page: str) -> None:
 
 
 def test_plotly_inlined_once_and_scripts_allowed_by_hash(page: str) -> None:
-    from plotly.offline import get_plotlyjs
+    from traceanalyzer.render.html import PLOTLY_BUNDLE
 
-    assert page.count(get_plotlyjs()[:500]) == 1
+    bundle = (Path(ta_html.__file__).parents[1] / "templates" / PLOTLY_BUNDLE).read_text(encoding="utf-8")
+    assert bundle.startswith("/**\n* plotly.js (basic - minified) v")  # plotly's own partial bundle
+    assert page.count(bundle[:2000]) == 1
     assert "<script src=" not in page
     csp = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1))
     assert "default-src 'none'" in csp and "connect-src 'none'" in csp
@@ -90,7 +93,7 @@ def test_cdn_page_is_small_and_references_cdn(hostile_page: str, page: str) -> N
     assert re.search(r'<script src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js" integrity="'
                      + re.escape(sri) + '" crossorigin="anonymous"', hostile_page)
     assert len(hostile_page.encode()) < 150_000
-    assert 3_000_000 < len(page.encode()) < 6_000_000
+    assert 1_200_000 < len(page.encode()) < 2_000_000  # the basic bundle inlined (1.19 MB) and the page
 
 
 def test_figures_cover_the_sections(page: str) -> None:
@@ -185,8 +188,6 @@ def _need(path: Path) -> Path:
 
 
 def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
-    from plotly.offline import get_plotlyjs
-
     from traceanalyzer.report import report
 
     written, summary = report([_need(KINETO_PAIR)], output=tmp_path / "out" / "pair.html")
@@ -196,19 +197,29 @@ def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
     assert page.count("Timeline of a representative step") == 1
     assert page.count('<h3>rank 0 · GPU 0') == 1 and page.count('<h3>rank 1 · GPU 1') == 1
     assert str(FIXTURES) not in page and str(tmp_path) not in page  # base names only, no directories
-    data_bytes = len(page.encode()) - len(get_plotlyjs().encode())
+    data_bytes = len(page.encode()) - len(ta_html._plotly_js().encode())
     assert data_bytes < 1_000_000  # the report's own part stays small
     assert [p.name for p in written.parent.iterdir()] == ["pair.html"]
 
 
-def test_report_of_nsys_export_defaults_to_reports_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from traceanalyzer.report import report
+def test_report_library_writes_only_where_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceanalyzer as ta
 
     monkeypatch.chdir(tmp_path)
-    written, summary = report([_need(NSYS_FILE)], cdn=True)
-    assert written == Path("reports/tp2_prefill_serial.html")
-    assert (tmp_path / written).stat().st_size < 1_000_000
+    page, summary = ta.report(_need(NSYS_FILE), cdn=True)  # no output: the HTML, nothing written
+    assert isinstance(page, str) and page.startswith("<!DOCTYPE html>") and len(page) < 1_000_000
+    assert list(tmp_path.iterdir()) == []
     assert len(summary.devices) == 2 and summary.traces[0].format == "nsys-sqlite"
+
+
+def test_report_cli_defaults_to_reports_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(_need(NSYS_FILE)), "--cdn"]) == 0
+    assert "report written: reports/tp2_prefill_serial.html" in capsys.readouterr().err
+    assert (tmp_path / "reports" / "tp2_prefill_serial.html").stat().st_size < 1_000_000
 
 
 def test_report_cli_prints_summary_and_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

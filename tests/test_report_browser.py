@@ -95,7 +95,8 @@ class DevTools:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[DevTools]:
     binary = _chromium()
-    with tempfile.TemporaryDirectory(prefix="ta-chromium-") as profile:
+    # Chromium may still be writing its profile as it exits: a leftover file must not fail the test
+    with tempfile.TemporaryDirectory(prefix="ta-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",

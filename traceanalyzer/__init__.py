@@ -6,6 +6,7 @@
 >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])
 >>> html_path, s = ta.report(["rank0.json.gz", "rank1.json.gz"], output="run.html")
 >>> ta.export(s, "analysis.db")              # SQLite: kernels, steps, layers, collectives, findings
+>>> ta.export(s, "analysis.pftrace")         # Perfetto: the trace with the analysis as tracks
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .trace import DeviceInfo, PathLike, StringPool, Table, Trace
 
 if TYPE_CHECKING:
     from .analysis.results import Summary
-    from .export import ExportResult
+    from .export import ExportResult, PerfettoResult
     from .loaders import ProgressFn
 
 
@@ -63,11 +64,15 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
 def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
            gpu_log: PathLike | None = None, cdn: bool = False, progress: ProgressFn | None = None,
-           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path, Summary]:
-    """Write the single-file HTML report for trace files; returns ``(html_path, Summary)``.
+           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path | str, Summary]:
+    """The single-file HTML report for trace files: ``(html_path, Summary)`` when ``output`` names the file to write,
+    else ``(html_text, Summary)`` with nothing written (the ``report`` command writes
+    ``reports/<first trace name>.html`` by default; this function writes only where told).
 
-    ``output`` defaults to ``reports/<first trace name>.html``; ``cdn`` references plotly on its CDN instead of
-    inlining it. The other keywords are :func:`summary`'s.
+    ``cdn`` references plotly on its CDN instead of inlining it. The other keywords are :func:`summary`'s.
+
+    >>> html, s = ta.report("trace.sqlite")                      # doctest: +SKIP
+    >>> path, s = ta.report("trace.sqlite", output="run.html")  # doctest: +SKIP
     """
     from .report import report as _report
 
@@ -91,16 +96,19 @@ def diff(before: Any, after: Any, **options: Any) -> Any:
 def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], output: PathLike, *,
            append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
            layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
-           progress: ProgressFn | None = None, window: str | None = None) -> ExportResult:
+           progress: ProgressFn | None = None, window: str | None = None,
+           format: str | None = None) -> ExportResult | PerfettoResult:
     """Write the analysis to a SQLite database (docs/EXPORT.md): trace files, Traces, or a ready ``Summary``.
 
     ``append`` adds a run to an existing database instead of replacing it. Returns an ``ExportResult``
-    (``path``, ``run_id``, ``trace_ids``, ``rows`` per table, ``summary``).
+    (``path``, ``run_id``, ``trace_ids``, ``rows`` per table, ``summary``). ``format="perfetto"`` (the default for
+    an ``output`` ending in ``.pftrace``) writes a Perfetto trace instead (docs/PERFETTO.md) and returns a
+    ``PerfettoResult`` (``path``, ``tracks``, ``slices`` per track name, ``summary``).
     """
     from .export import export as _export
 
     return _export(traces, output, append=append, rules=rules, jobs=jobs, step_range=step_range,
-                   layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window)
+                   layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window, format=format)
 
 
 def classify_names(names: list[str], rules: PathLike | None = None) -> list[Any]:

@@ -150,6 +150,9 @@ def info(path: PathLike) -> dict[str, Any]:
 
 
 def _info_one(path: PathLike) -> dict[str, Any]:
+    from .loaders.nsys_rep import as_export
+
+    path = as_export(path)  # an .nsys-rep: its SQLite export
     # counts and devices need no optional table: an nsys export is read without them (GPU metrics can be huge)
     trace = load_one(path, tables=frozenset() if detect_format(path) == "nsys-sqlite" else None)
     counts = {key: int(trace.raw_counts.get(key, 0)) for key in INFO_COUNTS}

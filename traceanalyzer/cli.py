@@ -53,13 +53,24 @@ _WINDOW = click.option("--window", default=None, metavar="START:END",
                             "(nsys: its own clock; Kineto: the first event). nsys exports are filtered in SQLite.")
 
 
+def _use_nsys(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        from .loaders.nsys_rep import NSYS_ENV
+
+        os.environ[NSYS_ENV] = str(value)  # read where a report is exported (loaders/nsys_rep.py)
+
+
+_NSYS = click.option("--nsys", type=_PATH, default=None, metavar="PATH", expose_value=False, callback=_use_nsys,
+                     help="The nsys executable that exports .nsys-rep reports to SQLite (default: nsys on PATH; "
+                          "env TRACEANALYZER_NSYS). The export is kept next to the report and reused.")
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _analysis_options(fn: F) -> F:
     """The options every command that runs the summary takes: --rules, -j, --step-range, --layer-pattern,
-    --gpu-log, --gpu-log-tz, --window (in that order in --help)."""
-    for option in (_WINDOW, _GPU_LOG_TZ, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
+    --gpu-log, --gpu-log-tz, --window, --nsys (in that order in --help)."""
+    for option in (_NSYS, _WINDOW, _GPU_LOG_TZ, _GPU_LOG, _LAYER_PATTERN, _STEP_RANGE, _JOBS, _RULES):
         fn = option(fn)
     return fn
 
@@ -89,8 +100,9 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     """Explain GPU traces of LLM serving/training: kernel buckets, exposed communication (SM-idle during
     collectives), cross-rank wait, findings.
 
-    TRACE files are nsys SQLite exports (nsys export --type sqlite) or PyTorch profiler (Kineto) JSON traces
-    (.json or .json.gz); a directory stands for the rank traces inside it.
+    TRACE files are nsys SQLite exports (nsys export --type sqlite), Nsight Systems reports (.nsys-rep: exported
+    to SQLite with nsys once, the export kept beside the report) or PyTorch profiler (Kineto) JSON traces (.json
+    or .json.gz); a directory stands for the rank traces inside it.
 
     \b
     Examples:
@@ -108,6 +120,7 @@ def cli(ctx: click.Context, traceback: bool) -> None:
 @cli.command(short_help="What a trace file holds: format, versions, devices, counts.")
 @click.argument("trace", type=_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print the info JSON contract.")
+@_NSYS
 def info(trace: Path, as_json: bool) -> None:
     """What TRACE holds: format, tool and schema version, devices and ranks, raw activity counts.
 
@@ -236,12 +249,13 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     """
     from .output import is_stdout
     from .progress import progress_bar
+    from .report import default_output
     from .report import report as report_fn
 
     with progress_bar("loading") as progress:
-        written, result = report_fn(list(traces), output=output, rules=rules, jobs=jobs, step_range=step_range,
-                                    layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn, progress=progress,
-                                    window=window, gpu_log_tz=gpu_log_tz)
+        written, result = report_fn(list(traces), output=output or default_output(traces), rules=rules, jobs=jobs,
+                                    step_range=step_range, layer_pattern=layer_pattern, gpu_log=gpu_log, cdn=cdn,
+                                    progress=progress, window=window, gpu_log_tz=gpu_log_tz)
     from .render.terminal import make_console, print_summary
 
     to_stdout = is_stdout(written)
@@ -250,27 +264,42 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
         click.echo(f"report written: {printable(written)}", err=True)
 
 
-@cli.command(short_help="The analysis as a SQLite database (kernels, steps, layers, collectives, findings).")
+@cli.command(short_help="The analysis as a SQLite database or a Perfetto trace.")
 @_TRACES
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
-              help="SQLite database to write (replaced atomically unless --append).")
+              help="File to write: a SQLite database (replaced atomically unless --append), or a Perfetto trace "
+                   "with --format perfetto (the default for a .pftrace name).")
+@click.option("--format", "fmt", type=click.Choice(["sqlite", "perfetto"]), default=None,
+              help="sqlite: tables of kernels, steps, layers, collectives, findings (default); perfetto: the "
+                   "kernels, copies and annotation ranges per rank and stream with the analysis as tracks, for "
+                   "the Perfetto UI (default for -o *.pftrace).")
 @click.option("--append", is_flag=True, help="Add this run to the database instead of replacing it (a history).")
 @_analysis_options
-def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | None, jobs: int,
+def export(traces: tuple[Path, ...], output: Path, fmt: str | None, append: bool, rules: Path | None, jobs: int,
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
            window: str | None) -> None:
     """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
     layers, collectives and findings, with foreign keys to traces, indexes on (trace_id, rank, device,
     start_ns) and full-text search on kernel names. Open it with sqlite3 or Datasette; docs/EXPORT.md has
     the tables and example queries.
+
+    With --format perfetto (or -o NAME.pftrace) it writes a Perfetto trace instead: per rank and GPU the
+    kernels and copies per stream, the annotation ranges, and the analysis as tracks (steps, layers,
+    findings with their impact, exposed communication, SM idle, wait vs transfer per collective, the
+    straggler), timestamps as in the trace; docs/PERFETTO.md.
     """
+    from .export import PerfettoResult
     from .export import export as export_fn
     from .progress import progress_bar
 
     with progress_bar("loading") as progress:
         result = export_fn(list(traces), output, append=append, rules=rules, jobs=jobs, step_range=step_range,
                            layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
-                           gpu_log_tz=gpu_log_tz)
+                           gpu_log_tz=gpu_log_tz, format=fmt)
+    if isinstance(result, PerfettoResult):
+        click.echo(f"{printable(result.path)}: Perfetto trace, {result.tracks:,} tracks, "
+                   f"{sum(result.slices.values()):,} slices — open it at ui.perfetto.dev")
+        return
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
     click.echo(f"{result.path}: run {result.run_id} — {counts}")
 
@@ -326,6 +355,7 @@ class _DiffCommand(click.Command):
 @_JOBS
 @_STEP_RANGE
 @_LAYER_PATTERN
+@_NSYS
 @click.pass_context
 def diff(ctx: click.Context, before: tuple[Path, ...], after: tuple[Path, ...], as_json: bool, output: Path | None,
          fail_if_slower: float | None, rules: Path | None, jobs: int, step_range: str | None,

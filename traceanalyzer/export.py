@@ -7,6 +7,9 @@ bytes, transfer, wait, algbw and busbw) and ``findings``. Every table but ``runs
 to ``traces`` (``findings``: ``run_id``, and ``trace_id`` when the finding names a device). Kernel names are
 full-text searchable (``kernels_fts``). ``append`` adds a run to an existing database, which keeps a history.
 Tables and columns are in docs/EXPORT.md.
+
+``format="perfetto"`` writes the same summary as a Perfetto trace instead (``render/perfetto.py``,
+docs/PERFETTO.md): the kernels, copies and annotation ranges per rank and stream, with the analysis as tracks.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
 
+#: What ``export`` writes: a SQLite database (default) or a Perfetto trace.
+FORMATS = ("sqlite", "perfetto")
+#: Output suffixes that mean a Perfetto trace when no format is given.
+PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".perfetto")
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
 _WHERE = ["trace_id", "rank", "device"]
 _INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
@@ -50,13 +57,34 @@ class ExportResult:
     summary: Summary | None = field(default=None, repr=False)
 
 
+@dataclass
+class PerfettoResult:
+    """What a Perfetto export wrote: the trace file, its tracks, slices per track name, and the Summary."""
+
+    path: Path
+    tracks: int
+    slices: dict[str, int] = field(default_factory=dict)
+    summary: Summary | None = field(default=None, repr=False)
+
+
+def output_format(output: PathLike, format: str | None) -> str:
+    """The format asked for, else ``perfetto`` for a ``.pftrace`` (:data:`PERFETTO_SUFFIXES`) output, else
+    ``sqlite``."""
+    if format is not None:
+        if format not in FORMATS:
+            raise BadInputError(None, f"unknown export format {format!r}", f"one of {', '.join(FORMATS)}")
+        return format
+    return "perfetto" if str(output).lower().endswith(PERFETTO_SUFFIXES) else "sqlite"
+
+
 def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], output: PathLike, *,
            append: bool = False, rules: PathLike | None = None, jobs: int = 1, step_range: str | None = None,
            layer_pattern: str | None = DEFAULT_LAYER_PATTERN, gpu_log: PathLike | None = None,
            progress: ProgressFn | None = None, window: str | None = None,
-           gpu_log_tz: str | None = None) -> ExportResult:
+           gpu_log_tz: str | None = None, format: str | None = None) -> ExportResult | PerfettoResult:
     """Summarize trace files (or loaded Traces, or take a ready :class:`Summary`) and write the results to the
-    SQLite database ``output``: the ``export`` command and ``ta.export(...)``.
+    SQLite database ``output``: the ``export`` command and ``ta.export(...)``. ``format="perfetto"`` (the default
+    for a ``.pftrace`` output) writes a Perfetto trace instead (:func:`write_perfetto`; no ``append``).
 
     Without ``append`` the database is written to a temporary file and renamed (a failed export leaves no half
     database, and a file already at ``output`` is replaced); with ``append`` the run is added to a copy of
@@ -66,6 +94,11 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
     from .analysis.results import Summary
 
     target = Path(output)
+    kind = output_format(target, format)
+    if kind == "perfetto" and append:
+        raise BadInputError(target, "--append adds a run to a SQLite database; a Perfetto trace is written whole",
+                            "drop --append, or export to a .db file")
+    write: Callable[..., ExportResult | PerfettoResult] = write_perfetto if kind == "perfetto" else write_database
     inputs: list[PathLike] = []
     if isinstance(traces, Summary):
         summary = traces
@@ -81,9 +114,9 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
                           gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}),
                           **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
         check_output(target, [t.path for t in run.summary.traces], append=append)
-        return write_database(run.summary, target, append=append)
+        return write(run.summary, target, append=append)
     check_output(target, [t.path for t in summary.traces], append=append)
-    return write_database(summary, target, append=append)
+    return write(summary, target, append=append)
 
 
 def check_output(target: Path, inputs: Iterable[PathLike], *, append: bool) -> None:
@@ -145,6 +178,30 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
     return written[0]
 
 
+def write_perfetto(summary: Summary, output: PathLike, *, append: bool = False) -> PerfettoResult:
+    """Write ``summary`` as a Perfetto trace at ``output`` (atomically, as :func:`write_database`): each device's
+    kernels and memops (its activity, read again from its file when the Summary kept none), the annotation ranges
+    of its trace and the analysis tracks (``render/perfetto.py``). ``append`` is not used."""
+    from .output import write_built
+    from .render.perfetto import write_perfetto as write_tracks
+
+    target = Path(output)
+    activity_of = device_activities(summary)
+    written: list[PerfettoResult] = []
+
+    def build(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            w = write_tracks(summary, activity_of, fh)
+        counts: dict[str, int] = {}
+        for t in w.tracks:
+            base = t.name.split(" · lane ")[0]
+            counts[base] = counts.get(base, 0) + len(t)
+        written.append(PerfettoResult(path=target, tracks=len(w.tracks), slices=counts, summary=summary))
+
+    write_built(target, build, inputs=[t.path for t in summary.traces])
+    return written[0]
+
+
 # -- each device's kernels and memops ----------------------------------------------------------------------------
 #: What a device's kernel and memop rows are read from: its activity, and its layers (each kernel's layer).
 DeviceRows = tuple["DeviceActivity", "Layers"]
@@ -152,13 +209,30 @@ DeviceRows = tuple["DeviceActivity", "Layers"]
 
 def device_rows(summary: Summary) -> Callable[[DeviceSummary], DeviceRows]:
     """Where each device's kernel and memop rows come from: its working state as the summary's analysis left it
-    (``Summary.states``: its activity and layers), else its trace file read again as the summary read it
-    (``Summary.source``: a Summary of the Dask engine, whose traces stayed on the workers) and its layers found
-    again from the activity and the device's steps, as its analysis found them. Files are read again (all at
-    once) before anything is written: one that cannot be is refused first."""
-    from .analysis.activity import gather
+    (``Summary.states``: its activity and layers), else its activity read again (:func:`device_activities`) and its
+    layers found again from the activity and the device's steps, as its analysis found them."""
     from .analysis.device import device_key
     from .analysis.layers import layer_table
+
+    activity_of = device_activities(summary)
+
+    def rows_of(dev: DeviceSummary) -> DeviceRows:
+        state = summary.states.get(device_key(dev))
+        if state is not None:
+            return state.activity, state.layering
+        act = activity_of(dev)
+        pattern = summary.source.layer_pattern if summary.source is not None else DEFAULT_LAYER_PATTERN
+        return act, layer_table(act, dev.per_step, pattern, numbers=False)
+
+    return rows_of
+
+
+def device_activities(summary: Summary) -> Callable[[DeviceSummary], DeviceActivity]:
+    """Each device's activity: the one its analysis kept (``Summary.states``), else its trace file read again as
+    the summary read it (``Summary.source``: a Summary of the Dask engine, whose traces stayed on the workers).
+    Files are read again (all at once) before anything is written: one that cannot be is refused first."""
+    from .analysis.activity import gather
+    from .analysis.device import device_key
 
     traces: dict[str, Trace] = {}
     lacking = [d for d in summary.devices if device_key(d) not in summary.states]
@@ -174,15 +248,11 @@ def device_rows(summary: Summary) -> Callable[[DeviceSummary], DeviceRows]:
         loaded = load_for_summary(paths, rules=source.rules, layer_pattern=source.layer_pattern, window=source.window)
         traces = {str(t.path): t for t in loaded}
 
-    def rows_of(dev: DeviceSummary) -> DeviceRows:
+    def activity_of(dev: DeviceSummary) -> DeviceActivity:
         state = summary.states.get(device_key(dev))
-        if state is not None:
-            return state.activity, state.layering
-        act = gather(traces[dev.trace], dev.rank, dev.device)
-        pattern = summary.source.layer_pattern if summary.source is not None else DEFAULT_LAYER_PATTERN
-        return act, layer_table(act, dev.per_step, pattern, numbers=False)
+        return state.activity if state is not None else gather(traces[dev.trace], dev.rank, dev.device)
 
-    return rows_of
+    return activity_of
 
 
 # -- the tables ------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
 from .analysis.results import Summary
@@ -23,16 +23,31 @@ def default_output(paths: Sequence[PathLike], directory: Path = DEFAULT_DIR) -> 
     return directory / f"{stem}.html"
 
 
+@overload
+def report(paths: Sequence[PathLike], *, output: None = None, rules: PathLike | None = None, jobs: int = 1,
+           step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None, window: str | None = None,
+           gpu_log_tz: str | None = None) -> tuple[str, Summary]: ...
+
+
+@overload
+def report(paths: Sequence[PathLike], *, output: PathLike, rules: PathLike | None = None, jobs: int = 1,
+           step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
+           gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None, window: str | None = None,
+           gpu_log_tz: str | None = None) -> tuple[Path, Summary]: ...
+
+
 def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: PathLike | None = None,
            jobs: int = 1, step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
            gpu_log: PathLike | None = None, cdn: bool = False, progress: Any = None,
-           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path, Summary]:
-    """Load and classify trace files (or directories of rank traces), summarize them and write the HTML report.
+           window: str | None = None, gpu_log_tz: str | None = None) -> tuple[Path | str, Summary]:
+    """Load and classify trace files (or directories of rank traces), summarize them and render the HTML report.
 
-    Returns the path written (default :func:`default_output`; ``-`` = stdout) and the :class:`Summary`. The
-    target is checked before loading and written by :func:`output.write_output`
-    (atomic replace, never an input trace, ``cannot write FILE: <reason>`` as exit 2). ``cdn`` references plotly
-    on its CDN instead of inlining it (smaller file, needs network to view).
+    With ``output`` the report is written there and ``(path written, Summary)`` is returned (``-`` = stdout); the
+    target is checked before loading and written by :func:`output.write_output` (atomic replace, never an input
+    trace, ``cannot write FILE: <reason>`` as exit 2). Without it nothing is written and ``(HTML text, Summary)``
+    is returned; the ``report`` command's own default file is :func:`default_output`. ``cdn`` references plotly on
+    its CDN instead of inlining it (smaller file, needs network to view).
     """
     from .output import check_output, write_output
     from .pipeline import summary_run
@@ -40,11 +55,15 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
 
     if not paths:
         raise EmptyTraceError(None, "no trace files given")
-    target = Path(output) if output is not None else default_output(paths)
     inputs = [*paths, *(p for p in (rules, gpu_log) if p is not None)]
-    check_output(target, inputs)
+    target = Path(output) if output is not None else None
+    if target is not None:
+        check_output(target, inputs)
     run = summary_run(list(paths), rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
                       gpu_log=gpu_log, progress=progress, window=window,
                       **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
-    write_output(render_html(run.summary, run.traces, cdn=cdn), target, inputs=inputs)
+    page = render_html(run.summary, run.traces, cdn=cdn)
+    if target is None:
+        return page, run.summary
+    write_output(page, target, inputs=inputs)
     return target, run.summary

@@ -205,7 +205,8 @@ def kernel_overlap(kernels: pd.DataFrame) -> float | None:
 
 def collective_table(devices: list[DeviceSummary], cross_per: pd.DataFrame | None) -> pd.DataFrame:
     """Per collective kind, per device-step: instances, bytes and time; transfer time and median bus bandwidth
-    from the cross-rank match when there is one (else the devices' own durations)."""
+    from the cross-rank match when there is one (else the devices' own durations). ``bytes`` is NaN (unknown) for a
+    kind with an instance whose message size the trace does not give, never a sum that counts it as 0."""
     kinds, sizes, durations, steps = [], [], [], 0
     for dev in devices:
         c = dev.collectives
@@ -215,14 +216,16 @@ def collective_table(devices: list[DeviceSummary], cross_per: pd.DataFrame | Non
         if len(c):
             inside = c["step"].to_numpy() >= 0
             kinds.append(c["kind"].astype(str).to_numpy()[inside])
-            sizes.append(np.maximum(c["bytes"].to_numpy(np.int64)[inside], 0))
+            sizes.append(c["bytes"].to_numpy(np.int64)[inside])  # -1: unknown
             durations.append(c["duration_ns"].to_numpy(np.int64)[inside])
     columns = ["kind", "count", "bytes", "duration_ns", "transfer_ns", "busbw_gbps"]
     if not kinds or steps == 0:
         return pd.DataFrame(columns=columns)
     names, group = np.unique(np.concatenate(kinds), return_inverse=True)  # sorted by kind
+    size = np.concatenate(sizes)
+    unsized = np.bincount(group, weights=size < 0, minlength=len(names)) > 0
     out = {"kind": names, "count": np.bincount(group, minlength=len(names)) / steps,
-           "bytes": _sums(group, np.concatenate(sizes), len(names)) / steps,
+           "bytes": np.where(unsized, np.nan, _sums(group, np.maximum(size, 0), len(names)) / steps),
            "duration_ns": _sums(group, np.concatenate(durations), len(names)) / steps,
            "transfer_ns": np.full(len(names), np.nan), "busbw_gbps": np.full(len(names), np.nan)}
     if cross_per is not None and len(cross_per):
@@ -258,8 +261,10 @@ def compare_collectives(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFra
     b = before.set_index("kind").add_prefix("before_")
     a = after.set_index("kind").add_prefix("after_")
     out = b.join(a, how="outer")
-    for col in ("count", "bytes", "duration_ns"):
-        out[[f"before_{col}", f"after_{col}"]] = out[[f"before_{col}", f"after_{col}"]].fillna(0.0)
+    for side in ("before", "after"):  # a kind absent on a side: none of it (an unknown size stays unknown, NaN)
+        absent = out[f"{side}_count"].isna()
+        for col in ("count", "bytes", "duration_ns"):
+            out.loc[absent, f"{side}_{col}"] = 0.0
     out["delta_duration_ns"] = out["after_duration_ns"] - out["before_duration_ns"]
     order = out["delta_duration_ns"].abs().sort_values(ascending=False, kind="stable").index
     return out.loc[order].reset_index()

@@ -28,10 +28,13 @@ def load_one(path: str | Path, *, progress: ProgressFn | None = None,
 
     ``tables`` limits which optional tables are read (kernels are always read); ``window`` keeps the activity
     starting inside it (:mod:`.limits`). Either format first checks the memory the load needs.
-    Rows that cannot be true are then dropped and reported in the trace's warnings (:mod:`.sanity`).
+    Rows that cannot be true are then dropped and reported in the trace's warnings (:mod:`.sanity`). An Nsight
+    Systems report (``.nsys-rep``) is read through its SQLite export (:mod:`.nsys_rep`).
     """
+    from .nsys_rep import as_export
     from .sanity import drop_impossible
 
+    path = as_export(path)
     fmt = detect_format(path)
     if fmt == NSYS:
         from . import nsys

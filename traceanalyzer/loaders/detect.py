@@ -14,6 +14,8 @@ from ..errors import BadInputError, UnknownFormatError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
+#: The first bytes of an Nsight Systems report (``.nsys-rep``, nsys 2025.3 seen), read through its export.
+NSYS_REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 
 # compressed containers a trace often travels in (gzip is read directly): magic → (name, unpack command)
 _ARCHIVES = {b"\xfd7zXZ\x00": ("xz", "xz -dk"), b"BZh": ("bzip2", "bunzip2 -k"),
@@ -100,6 +102,10 @@ def detect_format(path: str | Path) -> str:
         raise UnknownFormatError(p, "gzip file does not contain a JSON trace")
     if _first_json_byte(head) == b"{":
         return KINETO
+    if head.startswith(NSYS_REPORT_MAGIC):
+        raise UnknownFormatError(p, "an Nsight Systems report without the .nsys-rep suffix",
+                                 f"rename it to {p.stem}.nsys-rep (read through its SQLite export), or run "
+                                 f"nsys export --type sqlite {p.name}")
     for magic, (kind, unpack) in _ARCHIVES.items():
         if head.startswith(magic):
             raise UnknownFormatError(p, f"{kind}-compressed file", f"unpack it first ({unpack} {p.name})")
@@ -109,20 +115,24 @@ def detect_format(path: str | Path) -> str:
 
 
 def expand_paths(paths: list[str | Path], skipped: list[str] | None = None) -> list[Path]:
-    """Files named directly, plus the trace files inside named directories (sorted, one level deep).
+    """Files named directly, plus the trace files inside named directories (sorted, one level deep). An Nsight
+    Systems report (``.nsys-rep``) stands for its SQLite export, made first where needed (:mod:`.nsys_rep`); in a
+    directory holding a report and its export, the pair counts once.
 
     A directory must hold traces of a single format; hidden files and ``*.truth.json`` sidecars are skipped. A file
     reached twice (named twice, or named and inside a named directory) is bad input: it would count as two ranks.
     Anything named directly that is not a regular file or directory (a FIFO, a device) is bad input; inside a
     directory such entries are skipped and, when their names look like traces, listed in ``skipped``.
     """
+    from .nsys_rep import as_export, beside, is_report
+
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
         st = _stat(p, "no such file or directory")
         if not stat.S_ISDIR(st.st_mode):
             require_regular_file(p, st)
-            files.append(p)
+            files.append(as_export(p))
             continue
         inside = []
         for q in sorted(p.iterdir()):
@@ -137,7 +147,11 @@ def expand_paths(paths: list[str | Path], skipped: list[str] | None = None) -> l
             elif skipped is not None and kind is not None:
                 skipped.append(f"skipped {q}: {kind}, not a regular file")
         if not inside:
-            raise BadInputError(p, "directory holds no trace files (*.sqlite, *.json, *.json.gz)")
+            raise BadInputError(p, "directory holds no trace files (*.sqlite, *.json, *.json.gz, *.nsys-rep)")
+        reports = [q for q in inside if is_report(q)]
+        exports = [as_export(q) for q in reports]
+        taken = {e.resolve() for e in exports} | {beside(q).resolve() for q in reports}  # a stale one too
+        inside = sorted([q for q in inside if not is_report(q) and q.resolve() not in taken] + exports)
         formats = {detect_format(q) for q in inside}
         if len(formats) > 1:
             raise BadInputError(p, f"directory mixes trace formats ({', '.join(sorted(formats))})",
@@ -156,7 +170,7 @@ def _looks_like_trace_name(name: str) -> bool:
     if lower.endswith((".truth.json",)) or lower.startswith("truth_"):
         return False
     return lower.endswith((".sqlite", ".sqlite3", ".db", ".json", ".json.gz", ".pt.trace.json",
-                           ".pt.trace.json.gz"))
+                           ".pt.trace.json.gz", ".nsys-rep", ".qdrep"))
 
 
 def file_size(path: str | Path) -> int:

@@ -54,7 +54,7 @@ class Complete:
     bytes: np.ndarray
     grid: np.ndarray  # x*y*z of kernels' args.grid (-1 elsewhere)
     block: np.ndarray
-    comm_args: dict[int, Args]  # row → args, for CPU ops / annotations with a "Collective name"
+    comm_args: dict[int, Args]  # row → args, for CPU ops / annotations / kernels with a "Collective name"
 
     def rows(self, category: str) -> np.ndarray:
         return np.flatnonzero(self.cat == USED_CATEGORIES.index(category))
@@ -267,7 +267,9 @@ class _Events:
         }
         for name, col in columns.items():
             self.parts.setdefault(name, []).append(col)
-        cpu = np.flatnonzero(np.isin(cat, [USED_CATEGORIES.index("cpu_op"), USED_CATEGORIES.index("user_annotation")]))
+        # torch records a collective's metadata on its record_param_comms op and (newer torch) on its kernel too
+        cpu = np.flatnonzero(np.isin(cat, [USED_CATEGORIES.index("cpu_op"), USED_CATEGORIES.index("user_annotation"),
+                                           USED_CATEGORIES.index("kernel")]))
         for i in cpu.tolist():
             if args[i].collective is not None:
                 self.comm_args[self.n_rows + i] = args[i]

@@ -109,15 +109,21 @@ def _ranges(c: Complete, pool: StringPool, rank: int) -> Table:
 
 
 def _collectives(c: Complete, pool: StringPool, rank: int) -> Table:
-    """``record_param_comms`` CPU ops with collective args (else ``nccl:*`` ops with them, else ``nccl:*``
-    annotations by name alone, sizes unknown). ``wait`` entries that torch records are kept as rows."""
+    """``record_param_comms`` CPU ops with collective args (else ``nccl:*`` ops with them, else the collective
+    kernels' own args — newer torch copies name, sizes, dtype, group and sequence number onto the kernel row, which a
+    capture without CPU activity still has —, else ``nccl:*`` annotations by name alone, sizes unknown). ``wait``
+    entries that torch records are kept as rows. Rows from kernels carry the kernel's times and correlation."""
     cpu = np.sort(np.concatenate([c.rows("cpu_op"), c.rows("user_annotation")]))
     with_args = np.array(sorted(c.comm_args), dtype=np.int64)
-    names = c.name_id[with_args]
+    on_kernel = np.isin(with_args, c.rows("kernel"))
+    host_args, kernel_args = with_args[~on_kernel], with_args[on_kernel]
+    names = c.name_id[host_args]
     comms_id = pool.get("record_param_comms")
-    rows = with_args[names == comms_id] if np.any(names == comms_id) else with_args
+    rows = host_args[names == comms_id] if np.any(names == comms_id) else host_args
     if len(rows):
         return _collectives_from_args(c, pool, rank, rows)
+    if len(kernel_args):
+        return _collectives_from_args(c, pool, rank, kernel_args)
     nccl = np.isin(c.name_id[cpu], [i for i in np.unique(c.name_id[cpu]).tolist() if pool[i].startswith("nccl:")])
     rows = cpu[nccl]
     short = _map_names(c.name_id[rows], pool, lambda s: s.removeprefix("nccl:"))

@@ -130,21 +130,39 @@ def layer_totals(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+#: Grouped bars (one per layer and device) up to this many; beyond, one bar per layer with the devices' range.
+MAX_GROUPED_BARS = 64
+
+
 def layer_figure(devices: Sequence[DeviceSummary], escape: Escape) -> go.Figure | None:
-    """Grouped bars: median exposed communication of one layer occurrence (≈ per step), per device, in ms."""
+    """Median exposed communication of one layer occurrence (≈ per step), in ms: grouped bars per device, or, with
+    more than :data:`MAX_GROUPED_BARS` bars (80 layers × 8 ranks), one bar per layer at the median over devices with
+    whiskers from the smallest to the largest device."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for i, d in enumerate(devices):
-        totals = layer_totals(d.per_layer)
-        if not len(totals) or not d.comm_ns:
-            continue
-        fig.add_trace(go.Bar(x=[escape(v) for v in totals["name"]],
-                             y=totals["exposed_median_ns"].to_numpy(dtype=float) / 1e6,
-                             name=escape(device_label(d.rank, d.device)), marker={"color": rank_color(i)},
-                             hovertemplate="%{x}: %{y:.4f} ms<extra>%{fullData.name}</extra>"))
-    if not fig.data:
+    series = [(i, d, layer_totals(d.per_layer)) for i, d in enumerate(devices)]
+    series = [(i, d, t) for i, d, t in series if len(t) and d.comm_ns]
+    if not series:
         return None
+    if sum(len(t) for _, _, t in series) <= MAX_GROUPED_BARS or len(series) == 1:
+        for i, d, totals in series:
+            fig.add_trace(go.Bar(x=[escape(v) for v in totals["name"]],
+                                 y=totals["exposed_median_ns"].to_numpy(dtype=float) / 1e6,
+                                 name=escape(device_label(d.rank, d.device)), marker={"color": rank_color(i)},
+                                 hovertemplate="%{x}: %{y:.4f} ms<extra>%{fullData.name}</extra>"))
+    else:
+        table = pd.concat([t[["layer", "name", "exposed_median_ns"]] for _, _, t in series])
+        by = table.groupby("layer", sort=True)
+        mid = by["exposed_median_ns"].median().to_numpy(dtype=float) / 1e6
+        lo = by["exposed_median_ns"].min().to_numpy(dtype=float) / 1e6
+        hi = by["exposed_median_ns"].max().to_numpy(dtype=float) / 1e6
+        fig.add_trace(go.Bar(
+            x=[escape(v) for v in by["name"].first()], y=mid, name=f"median of {len(series)} devices",
+            marker={"color": rank_color(0)}, customdata=np.stack([lo, hi], axis=1),
+            error_y={"type": "data", "symmetric": False, "array": hi - mid, "arrayminus": mid - lo,
+                     "color": "#616e7c", "thickness": 1},
+            hovertemplate="%{x}: %{y:.4f} ms (devices %{customdata[0]:.4f}–%{customdata[1]:.4f} ms)<extra></extra>"))
     fig.update_layout(**_BASE_LAYOUT, barmode="group", height=340,
                       xaxis={"title": {"text": "layer"}, "type": "category"},
                       yaxis={"title": {"text": "median exposed comm, ms"}})

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from markupsafe import Markup
 
 from . import figures, sections
@@ -26,7 +27,7 @@ from .formatting import fmt_ns
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ..analysis.results import Summary
+    from ..analysis.results import DeviceSummary, Summary
     from ..trace import Trace
 
 MAX_TIMELINES = 16  # devices drawn on the timeline; the rest are listed as omitted
@@ -63,19 +64,35 @@ class _Figures:
         if fig is None:
             return None
         fig.update_layout(template="plotly_white", autosize=True)
+        unknown = {t.type for t in fig.data} - BUNDLE_TRACES
+        if unknown:  # the inlined bundle could not draw it
+            raise RuntimeError(f"figure trace type(s) {sorted(unknown)} are not in {PLOTLY_BUNDLE}")
         plot = Plot(f"fig{len(self.plots)}", Markup(json_for_script(fig.to_json())), caption)
         self.plots.append(plot)
         return plot
 
 
+#: The plotly.js bundle inlined in the page: plotly's own "basic" partial bundle (bar, scatter and pie traces;
+#: npm plotly.js-basic-dist-min, MIT, templates/plotly-basic.LICENSE), 1.2 MB where the full bundle is 4.8 MB.
+PLOTLY_BUNDLE = "plotly-basic.min.js"
+#: The trace types that bundle draws: every figure of the report uses only these (checked as figures are added).
+BUNDLE_TRACES = frozenset({"bar", "scatter", "pie"})
+
+
 @lru_cache(maxsize=1)
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
-    js = get_plotlyjs()
+    js = _asset(PLOTLY_BUNDLE)
     if "</script" in js.lower():  # never expected; inlining it would break the page
         raise RuntimeError("plotly.js contains '</script' and cannot be inlined")
     return js
+
+
+@lru_cache(maxsize=1)
+def _plotly_cdn_hash() -> str:
+    """The integrity hash of the full plotly.js that ``--cdn`` loads (the bundle of the installed plotly)."""
+    from plotly.offline import get_plotlyjs
+
+    return _csp_hash(get_plotlyjs())
 
 
 def _plotly_cdn_url() -> str:
@@ -102,21 +119,71 @@ def _environment() -> Any:
     return env
 
 
-def _timelines(summary: Summary, traces: Sequence[Trace], plots: _Figures) -> list[dict[str, Any]]:
-    from .timeline import MAX_RECTS, timeline_figure
+#: A device whose representative step ran the same activities in the same order as a drawn one, with a step at
+#: most this much longer or shorter, is listed beside it instead of drawn again.
+SAME_STEP_SHARE = 0.05
+
+
+@dataclass
+class _Drawn:
+    device: DeviceSummary
+    trace: Trace
+    window: Any
+    signature: tuple[str, int]
+    like: list[dict[str, Any]]
+
+
+def _timelines(summary: Summary, traces: Sequence[Trace], plots: _Figures) -> tuple[list[dict[str, Any]],
+                                                                                     dict[str, Any] | None]:
+    """The timeline of each device's representative step — one per group of devices that ran the same activities
+    in the same order over a step of about the same length (:data:`SAME_STEP_SHARE`), the others listed under it —
+    and the zoom onto one layer of the first drawn device (:func:`timeline.layer_window`)."""
+    from .timeline import MAX_RECTS, layer_window, representative_window, timeline_figure, window_signature
 
     by_path = {t.path: t for t in traces}
-    out: list[dict[str, Any]] = []
-    drawn = summary.devices[:MAX_TIMELINES]
-    budget = max(min(MAX_RECTS, TOTAL_RECTS // max(len(drawn), 1)), 1000)  # keeps the page light with many GPUs
-    for ds in drawn:
+    groups: list[_Drawn] = []
+    for ds in summary.devices[:MAX_TIMELINES]:
         trace = by_path.get(ds.trace) or next(
             (t for t in traces if ds.rank in t.ranks and ds.device in {d.device for d in t.devices}), None)
         if trace is None:
             continue
-        fig, facts = timeline_figure(trace, ds, escape=plot_text, max_rects=budget)
-        out.append({"label": sections.device_title(ds), "plot": plots.add(fig), **facts})
-    return out
+        window = representative_window(ds)
+        signature = window_signature(trace, ds, window)
+        length = window.end_ns - window.start_ns
+        like = next((g for g in groups if g.signature == signature and
+                     abs(length - (g.window.end_ns - g.window.start_ns)) <=
+                     SAME_STEP_SHARE * (g.window.end_ns - g.window.start_ns)), None)
+        if like is None:
+            groups.append(_Drawn(ds, trace, window, signature, []))
+            continue
+        like.like.append({"device": sections.device_title(ds), "window": window.label, "window_ns": length,
+                          "exposed": _exposed_in(ds, window)})
+    out: list[dict[str, Any]] = []
+    budget = max(min(MAX_RECTS, TOTAL_RECTS // max(len(groups), 1)), 1000)  # keeps the page light with many GPUs
+    for g in groups:
+        fig, facts = timeline_figure(g.trace, g.device, escape=plot_text, max_rects=budget, window=g.window)
+        out.append({"label": sections.device_title(g.device), "plot": plots.add(fig), "like": g.like,
+                    "exposed": _exposed_in(g.device, g.window), **facts})
+    zoom = None
+    if groups:
+        first = groups[0]
+        layer = layer_window(first.device, first.window)
+        if layer is not None:
+            fig, facts = timeline_figure(first.trace, first.device, escape=plot_text, max_rects=MAX_RECTS,
+                                         window=layer)
+            zoom = {"label": sections.device_title(first.device), "plot": plots.add(fig),
+                    "exposed": _exposed_in(first.device, layer), **facts}
+    return out, zoom
+
+
+def _exposed_in(ds: DeviceSummary, window: Any) -> int:
+    """Exposed communication (ns) of the device inside ``window``."""
+    gaps = ds.comm_idle_gaps_ns
+    if not len(gaps) or window.end_ns <= window.start_ns:
+        return 0
+    s = np.maximum(gaps["start_ns"].to_numpy(np.int64), window.start_ns)
+    e = np.minimum(gaps["end_ns"].to_numpy(np.int64), window.end_ns)
+    return int(np.maximum(e - s, 0).sum())
 
 
 def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = False,
@@ -141,8 +208,9 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
         "not_applicable": sections.not_applicable(summary),
         "device_table": sections.device_rows(summary),
         "step_plot": plots.add(figures.step_figure(devices, plot_text)),
-        "timelines": _timelines(summary, traces, plots),
+        **dict(zip(("timelines", "layer_zoom"), _timelines(summary, traces, plots), strict=True)),
         "timelines_omitted": max(len(devices) - MAX_TIMELINES, 0),
+        "same_step_pct": f"{100 * SAME_STEP_SHARE:g}",
         "layer_plot": plots.add(figures.layer_figure(devices, plot_text)),
         "layer_table": sections.layer_rows(devices),
         "collective_plot": plots.add(figures.collective_figure(devices, plot_text)),
@@ -159,7 +227,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
     }
     boot = _asset("report.js")
     plotly_js = None if cdn else _plotly_js()
-    plotly_hash = _csp_hash(_plotly_js())  # the CDN serves the same bytes: its integrity hash
+    plotly_hash = _plotly_cdn_hash() if cdn else _csp_hash(_plotly_js())  # the CDN's bytes: its integrity hash
     script_src = [_csp_hash(boot)] + ([_plotly_cdn_url()] if cdn else [plotly_hash])
     csp = ("default-src 'none'; script-src " + " ".join(script_src) +
            "; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'")

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 MAX_TABLE_ROWS = 200  # rows shown at once; the next ones sit behind a "more rows" expander
 MAX_EXPANDED_ROWS = 2000  # rows behind the expander at most (the page stays light); `export` has them all
+#: The same for the tables that grow with devices × layers or ranks × matched instances (per-layer, matched
+#: collectives): a row of theirs is wide, and the export and the Perfetto trace have every one.
+WIDE_EXPANDED_ROWS = 200
 TOP_KERNELS_PER_BUCKET = 10
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
@@ -84,14 +87,65 @@ def header(summary: Summary) -> dict[str, Any]:
             "versions": ", ".join(f"{k} {v}" for k, v in (("tool", t.tool_version), ("schema", t.schema_version))
                                   if v) or "—",
             "ranks": ", ".join(str(r) for r in t.ranks if r is not None and r >= 0) or "—",
-            "gpus": ", ".join(f"GPU {d.get('device')}" + (f" {d['name']}" if d.get("name") else "")
-                              for d in t.devices) or "—",
+            "gpus": gpu_text(t.devices),
             "window": fmt_ns(window),
         })
     names = sorted({d.name for d in summary.devices if d.name})
     ranks = sorted({d.rank for d in summary.devices if d.rank is not None and d.rank >= 0})
-    return {"files": files, "gpu_models": ", ".join(names) or "unknown", "n_devices": len(summary.devices),
+    return {"files": files, "rows": _folded_inputs(summary), "names": _names_text([f["name"] for f in files]),
+            "gpu_models": ", ".join(names) or "unknown", "n_devices": len(summary.devices),
             "ranks": ", ".join(map(str, ranks)) or "—"}
+
+
+def _names_text(names: list[str]) -> str:
+    """The input names, ``first … last (N files)`` beyond three."""
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} … {names[-1]} ({len(names)} files)"
+
+
+def _folded_inputs(summary: Summary) -> list[dict[str, str]]:
+    """The inputs table: files of one format, versions and GPU models (the rank files of one job) in one row, with
+    their ranks and GPUs together and the range of their windows."""
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for t in summary.traces:
+        models = tuple(sorted({str(d.get("name") or "") for d in t.devices}))
+        groups.setdefault((t.format, t.tool_version, t.schema_version, models), []).append(t)
+    rows = []
+    for (fmt, tool, schema, _), traces in groups.items():
+        windows = sorted(w[1] - w[0] for w in (t.window_ns for t in traces) if w)
+        ranks = sorted({r for t in traces for r in t.ranks if r is not None and r >= 0})
+        rows.append({
+            "name": _names_text([Path(t.path).name for t in traces]), "format": fmt,
+            "versions": ", ".join(f"{k} {v}" for k, v in (("tool", tool), ("schema", schema)) if v) or "—",
+            "ranks": _id_ranges(ranks) or "—", "gpus": gpu_text([d for t in traces for d in t.devices]),
+            "window": "—" if not windows else fmt_ns(windows[0]) if windows[0] == windows[-1] else
+            f"{fmt_ns(windows[0])} – {fmt_ns(windows[-1])}"})
+    return rows
+
+
+def gpu_text(devices: Sequence[dict[str, Any]]) -> str:
+    """The GPUs of one input, each model named once: ``8 × NVIDIA H200 (GPU 0–7)``, ``NVIDIA H200 (GPU 1)``."""
+    by_model: dict[str, list[int]] = {}
+    for d in devices:
+        by_model.setdefault(str(d.get("name") or "unknown model"), []).append(int(d.get("device", -1)))
+    parts = []
+    for model, ids in by_model.items():
+        count = f"{len(ids)} × " if len(ids) > 1 else ""
+        parts.append(f"{count}{model} (GPU {_id_ranges(sorted(set(ids)))})")
+    return "; ".join(parts) or "—"
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """``0–3, 6`` for [0, 1, 2, 3, 6]."""
+    out: list[str] = []
+    start = prev = None
+    for i in [*ids, None]:
+        if start is not None and (i is None or prev is None or i != prev + 1):
+            out.append(str(start) if start == prev else f"{start}–{prev}")
+            start = None
+        if i is not None and start is None:
+            start = i
+        prev = i
+    return ", ".join(out)
 
 
 def _step_ns(summary: Summary) -> float | None:
@@ -236,17 +290,18 @@ def _cell(value: Any, col: str) -> str:
 
 
 def frame_table(df: pd.DataFrame, columns: Sequence[str] | None = None, *,
-                max_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
-    """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows."""
+                max_rows: int = MAX_TABLE_ROWS, expanded: int = MAX_EXPANDED_ROWS) -> dict[str, Any]:
+    """Any DataFrame as a table: ``*_ns`` columns shown in ms (header says so), at most ``max_rows`` rows shown
+    and ``expanded`` more behind the expander; the number of rows left out after those."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    frame = df[cols].head(max_rows + MAX_EXPANDED_ROWS)
+    frame = df[cols].head(max_rows + expanded)
     if "name" in cols:
         frame = frame.assign(name=display_names(frame["name"].tolist()))
     heads = [_header(c) for c in cols]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
     rows = [[_cell(v, c) for v, c in zip(rec, cols, strict=True)] for rec in frame.itertuples(index=False)]
     return {"columns": heads, "rows": rows[:max_rows], "more": rows[max_rows:], "numeric": numeric,
-            "omitted": max(len(df) - max_rows - MAX_EXPANDED_ROWS, 0)}
+            "omitted": max(len(df) - max_rows - expanded, 0)}
 
 
 def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
@@ -260,7 +315,7 @@ def layer_rows(devices: Sequence[DeviceSummary]) -> dict[str, Any] | None:
         return None
     df = pd.concat(frames, ignore_index=True)
     return frame_table(df, ["device", "layer", "name", "occurrences", "comm_ns", "comm_exposed_ns", "compute_ns",
-                            "exposed_median_ns"])
+                            "exposed_median_ns"], expanded=WIDE_EXPANDED_ROWS)
 
 
 def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | None = None) -> dict[str, Any] | None:
@@ -347,7 +402,7 @@ def _matched_table(per: pd.DataFrame, max_rows: int = 50) -> dict[str, Any] | No
         per = per.assign(_wait=per[waits].sum(axis=1)).sort_values("_wait", ascending=False, kind="stable")
     cols = ["kind", "step", "step_ordinal", "seq", "transfer_ns", *durations, *waits, "arrival_skew_ns",
             "last_arrival_rank", "least_wait_rank"]
-    return frame_table(per, cols, max_rows=max_rows)
+    return frame_table(per, cols, max_rows=max_rows, expanded=WIDE_EXPANDED_ROWS - max_rows)
 
 
 def top_kernel_groups(devices: Sequence[DeviceSummary]) -> list[dict[str, Any]]:

@@ -183,15 +183,47 @@ def _exposed_segments(summary: DeviceSummary, window: Window) -> tuple[np.ndarra
     return s, e
 
 
-def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any,
-                    max_rects: int = MAX_RECTS) -> tuple[go.Figure, dict[str, Any]]:
-    """The timeline figure of one device and facts about it (window, kernels, rectangles drawn).
+def window_signature(trace: Trace, summary: DeviceSummary, window: Window) -> tuple[str, int]:
+    """(digest of the names of the device's activities in ``window``, in start order; their number): two devices
+    with equal signatures ran the same kernels and copies in the same order there."""
+    import hashlib
+
+    start, _, stream, _, name = _activity(trace, summary.rank, summary.device, window)
+    order = np.lexsort((stream, start))
+    digest = hashlib.sha256("\x00".join(str(n) for n in name[order]).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest(), len(start)
+
+
+def layer_window(summary: DeviceSummary, step: Window) -> Window | None:
+    """The layer of ``step`` to zoom onto: the one with the most exposed communication (the first on ties), else,
+    without communication, the median-length one. None when the step has no layers."""
+    pl = summary.per_layer
+    if not len(pl) or not {"start_ns", "end_ns"} <= set(pl.columns) or step.end_ns <= step.start_ns:
+        return None
+    start, end = pl["start_ns"].to_numpy(np.int64), pl["end_ns"].to_numpy(np.int64)
+    rows = np.flatnonzero((start >= step.start_ns) & (end <= step.end_ns))
+    if not len(rows):
+        return None
+    exposed = pl["comm_exposed_ns"].to_numpy(np.int64)[rows] if "comm_exposed_ns" in pl.columns else None
+    if exposed is not None and exposed.max() > 0:
+        pick, why = int(rows[int(np.argmax(exposed))]), "the layer with the most exposed communication"
+    else:
+        order = rows[np.argsort((end - start)[rows], kind="stable")]
+        pick, why = int(order[(len(order) - 1) // 2]), "the median-length layer"
+    name = str(pl["name"].iloc[pick]) if "name" in pl.columns else f"layer {pick}"
+    return Window(int(start[pick]), int(end[pick]), f"{name} of {step.label.split(' (')[0]} ({why})")
+
+
+def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any, max_rects: int = MAX_RECTS,
+                    window: Window | None = None) -> tuple[go.Figure, dict[str, Any]]:
+    """The timeline figure of one device over ``window`` (default: its representative step) and facts about it
+    (window, kernels, rectangles drawn).
 
     ``escape`` makes trace text safe for plotly's pseudo-HTML labels.
     """
     import plotly.graph_objects as go
 
-    window = representative_window(summary)
+    window = window or representative_window(summary)
     rects = device_rects(trace, summary, window, max_rects=max_rects)
     origin = window.start_ns if window.end_ns > window.start_ns else (int(rects.start_ns.min()) if len(rects)
                                                                         else 0)
@@ -221,7 +253,7 @@ def timeline_figure(trace: Trace, summary: DeviceSummary, *, escape: Any,
         barmode="overlay", bargap=0.25, height=140 + 34 * max(len(rows), 1),
         margin={"l": 110, "r": 50, "t": 30, "b": 40},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
-        xaxis={"title": {"text": "ms from step start" if window.end_ns > window.start_ns else "ms"},
+        xaxis={"title": {"text": "ms from the window's start" if window.end_ns > window.start_ns else "ms"},
                "zeroline": False, "range": [0, max(window.end_ns - window.start_ns, 0) / 1e6] if
                window.end_ns > window.start_ns else None},
         modebar={"orientation": "v"},
