@@ -17,7 +17,8 @@ METHOD_WHATIF_SIM.md):
   formats) → the operation's start.
 * ``HOST``: the previous host node on the same thread → this one: the CPU work between two calls.
 * ``SYNC``: a GPU operation's end → the end of a host call that returned only after it: a ``cuda*Synchronize`` call,
-  or the call that launched it (a blocking copy).
+  the call that launched it (a blocking copy), or a call held up ``BLOCKED_NS`` or more that returned right after
+  a GPU operation of its thread ended (a launch waiting for room in the launch queue).
 * ``WAIT``: an operation on another stream of the device → this one, where the operation starts later than both its
   stream predecessor and its launch allow and another stream's operation ended just before (the stream waited on an
   event recorded there; inferred from the times, both formats).
@@ -50,7 +51,9 @@ HOST_BUCKET, INSTANCE_BUCKET = len(BUCKETS), len(BUCKETS) + 1
 
 LATENCY_PERCENTILE = 5.0  # a device's least stream / launch latency: this percentile of the traced ones
 WAIT_LATE_NS = 2_000  # an op starting this much later than its stream and launch allow waited on something else
-WAIT_NEAR_NS = 50_000  # ... on an op of another stream that ended at most this long before it started
+BLOCKED_NS = 50_000  # a host call this long that returns right after a GPU op ended waited for it ...
+RETURN_NEAR_NS = 20_000  # ... returning at most this long after that op's end
+WAIT_NEAR_NS = 1_000_000  # ... on an op of another stream that ended at most this long before it started
 
 
 @dataclass
@@ -322,14 +325,17 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
         launcher[o] = h
         lat = op_start[linked] - hs[pos]
         ok = lat >= 0
-        l0 = max(_percentile(lat[ok], 0), 0)
+        l0 = int(lat[ok].min()) if ok.any() else 0  # the least traced launch latency: a bound that held
         parts.add_edges(h[ok], o[ok], LAUNCH, np.minimum(lat[ok], l0), src_end=False)
         e_op = node_end[o]
         blocking = (e_op <= he[pos]) & (e_op > hs[pos])
         parts.add_edges(o[blocking], h[blocking], SYNC, he[pos][blocking] - e_op[blocking], src_end=True,
                         dst_end=True)
-    # syncs: the latest-ending op launched from the same thread that ended inside the call
-    sync_pos = np.flatnonzero(is_sync_row[rows])
+    # syncs, and calls held up by the GPU (a launch waiting for a free slot in the launch queue): the latest-ending
+    # op launched from the same thread that ended inside the call; a call not named as a sync counts when it took
+    # BLOCKED_NS or more and returned within RETURN_NEAR_NS of that op's end
+    named_sync = is_sync_row[rows]
+    sync_pos = np.flatnonzero(named_sync | (he - hs >= BLOCKED_NS))
     if not len(sync_pos):
         return
     op_all = np.concatenate([op_ids[op_rows >= 0] for _, op_ids, op_rows, _ in items])
@@ -346,6 +352,7 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
     cand = np.where(found, order_o[np.maximum(at, 0)], 0)
     same_lane = found & (lane[: len(op_all)][cand] == lane[len(op_all):])
     hit = same_lane & (op_e[cand] > hs[sync_pos])
+    hit &= named_sync[sync_pos] | (he[sync_pos] - op_e[cand] <= RETURN_NEAR_NS)
     s_ids = ids[sync_pos][hit]
     srcs = op_all[cand[hit]]
     parts.add_edges(srcs, s_ids, SYNC, he[sync_pos][hit] - node_end[srcs], src_end=True, dst_end=True)

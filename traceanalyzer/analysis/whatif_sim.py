@@ -403,3 +403,61 @@ def simulate(g: DepGraph, changes: list[Change], *, order: Order | None = None) 
     return WhatIfResult([c.label() for c in changes], notes if changes else [_ASSUMPTIONS["always"]], steps,
                         _median([s.traced_ns for s in steps]), _median([s.simulated_ns for s in steps]),
                         _median(deltas), _median(periods), err, paths, sim_paths, info)
+
+
+_BANDWIDTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:GB/s|gbps|GBps)?\s*$", re.IGNORECASE)
+
+
+def parse_changes(*, scale: tuple[str, ...] | list[str] = (), comm: str | None = None, graphs: bool = False,
+                  rank_like_median: int | None = None, fuse: tuple[str, ...] | list[str] = ()) -> list[Change]:
+    """Changes from the ``whatif`` command's option texts; ``ValueError`` names a text that does not parse.
+
+    ``scale``: ``BUCKET=F`` or ``REGEX=F`` (F ≥ 0); ``comm``: ``free`` or a bandwidth such as ``100GB/s``;
+    ``fuse``: ``REGEX`` or ``REGEX=F`` (the fused kernel = F × the chain's total)."""
+    out: list[Change] = []
+    for text in scale:
+        target, sep, value = text.rpartition("=")
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = -1.0
+        if not sep or not target or factor < 0:
+            raise ValueError(f"--scale {text!r}: expected BUCKET=FACTOR or REGEX=FACTOR with FACTOR ≥ 0 "
+                             f"(buckets: {', '.join(BUCKETS)})")
+        if target not in BUCKETS:
+            _check_regex(target, "--scale")
+        out.append(Change("scale", target, factor))
+    if comm is not None:
+        if comm.strip().lower() == "free":
+            out.append(Change("comm", "free"))
+        else:
+            m = _BANDWIDTH.match(comm)
+            if not m or float(m.group(1)) <= 0:
+                raise ValueError(f"--comm {comm!r}: expected 'free' or a bandwidth such as 100GB/s")
+            out.append(Change("comm", "bandwidth", float(m.group(1))))
+    if graphs:
+        out.append(Change("graphs"))
+    if rank_like_median is not None:
+        out.append(Change("rank_like_median", "", float(rank_like_median)))
+    for text in fuse:
+        target, sep, value = text.rpartition("=")
+        factor: float | None = None
+        if sep:
+            try:
+                factor = float(value)
+            except ValueError:
+                target, factor = text, None
+        else:
+            target = text
+        if factor is not None and factor < 0:
+            raise ValueError(f"--fuse {text!r}: the factor must be ≥ 0")
+        _check_regex(target, "--fuse")
+        out.append(Change("fuse", target, factor))
+    return out
+
+
+def _check_regex(text: str, option: str) -> None:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{option} {text!r}: not a regular expression ({exc})") from None
