@@ -125,12 +125,20 @@ def evaluate(case: Case) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         w = ta.whatif([str(p) for p in case.paths], **case.change)
-    period = w.change_period_ns
-    sim = (period if period is not None else w.change_ns or 0) / 1e6
-    err = (sim - case.measured_ms) / abs(case.measured_ms) if case.measured_ms else float("nan")
+        u = ta.whatif([str(p) for p in case.paths], unprofiled=True, **case.change)
+
+    def change(r: Any) -> float:
+        return float(r.change_period_ns if r.change_period_ns is not None else r.change_ns or 0) / 1e6
+
+    sim, sim_u = change(w), change(u)
+
+    def error(x: float) -> float:
+        return (x - case.measured_ms) / abs(case.measured_ms) if case.measured_ms else float("nan")
+
     return {"kind": case.kind, "case": case.name, "measured_ms": case.measured_ms, "simulated_ms": sim,
             "window_ms": (w.change_ns or 0) / 1e6, "traced_step_ms": (w.traced_step_ns or 0) / 1e6,
-            "error": err, "bound": case.bound, "within": abs(err) <= case.bound,
+            "unprofiled_ms": sim_u, "error": error(sim), "error_unprofiled": error(sim_u), "bound": case.bound,
+            "within": abs(error(sim)) <= case.bound, "within_unprofiled": abs(error(sim_u)) <= case.bound,
             "no_change_error_pct": w.no_change_error_pct}
 
 
@@ -140,12 +148,16 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps(rows, indent=1))
         return 0
-    print("| change | case | measured, ms/step | simulated, step to step (window) | traced step | error | within |")
-    print("|---|---|---|---|---|---|---|")
+    print("| change | case | traced step | measured, ms/step | simulated, step to step (window) | error | "
+          "--unprofiled | error | bound |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['kind']} | {r['case']} | {r['measured_ms']:+.2f} | {r['simulated_ms']:+.2f} "
-              f"({r['window_ms']:+.2f}) | {r['traced_step_ms']:.2f} | {r['error'] * 100:+.0f} % | "
-              f"{'yes' if r['within'] else 'no'} (±{r['bound'] * 100:.0f} %) |")
+        def mark(err: float) -> str:
+            return f"{err * 100:+.0f} %" + ("" if abs(err) <= r["bound"] else " ✗")
+
+        print(f"| {r['kind']} | {r['case']} | {r['traced_step_ms']:.2f} | {r['measured_ms']:+.2f} | "
+              f"{r['simulated_ms']:+.2f} ({r['window_ms']:+.2f}) | {mark(r['error'])} | {r['unprofiled_ms']:+.2f} | "
+              f"{mark(r['error_unprofiled'])} | ±{r['bound'] * 100:.0f} % |")
     return 0
 
 

@@ -105,10 +105,11 @@ def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], outp
 
 def whatif(traces_or_paths: PathLike | Trace | Sequence[PathLike | Trace], *, scale: Sequence[str] = (),
            comm: str | None = None, graphs: bool = False, rank_like_median: int | None = None,
-           fuse: Sequence[str] = (), **options: Any) -> Any:
+           fuse: Sequence[str] = (), unprofiled: bool = False, **options: Any) -> Any:
     """Replay the run's dependency graph with changes and recompute its steps (``WhatIfResult``; method in
     docs/METHOD_WHATIF_SIM.md): ``scale=["attention=0.5"]`` (a bucket or kernel-name regex), ``comm="free"`` or
-    ``"100GB/s"``, ``graphs=True`` (CUDA graphs: launch gaps removed), ``rank_like_median=R``, ``fuse=["REGEX"]``.
+    ``"100GB/s"``, ``graphs=True`` (CUDA graphs: launch gaps removed), ``rank_like_median=R``, ``fuse=["REGEX"]``; ``unprofiled=True`` measures the changes against the run without the
+    profiler's own host cost (and removes it with them).
     With no change: the critical path of every step and the no-change replay. ``options`` as :func:`summary`'s.
 
     >>> w = ta.whatif("ranks/", comm="free"); w.change_ns, w.assumptions   # doctest: +SKIP
@@ -116,7 +117,7 @@ def whatif(traces_or_paths: PathLike | Trace | Sequence[PathLike | Trace], *, sc
     from .pipeline import whatif as _whatif
 
     return _whatif(traces_or_paths, scale=scale, comm=comm, graphs=graphs, rank_like_median=rank_like_median,
-                   fuse=fuse, **options)
+                   fuse=fuse, unprofiled=unprofiled, **options)
 
 
 def classify_names(names: list[str], rules: PathLike | None = None) -> list[Any]:

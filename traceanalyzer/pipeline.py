@@ -217,7 +217,7 @@ def _prepare_summary() -> None:
 
 def whatif(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, scale: Sequence[str] = (),
            comm: str | None = None, graphs: bool = False, rank_like_median: int | None = None,
-           fuse: Sequence[str] = (), **options: Any) -> WhatIfResult:
+           fuse: Sequence[str] = (), unprofiled: bool = False, **options: Any) -> WhatIfResult:
     """``ta.whatif(...)``: the run's dependency graph replayed with the changes (none: the critical path and the
     no-change replay); ``options`` as :func:`summary`'s. Bad change texts and a rank the run lacks are
     :class:`BadInputError`. Method: docs/METHOD_WHATIF_SIM.md."""
@@ -230,7 +230,7 @@ def whatif(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, sc
     where = first.path if isinstance(first, Trace) else first
     try:
         changes = parse_changes(scale=tuple(scale), comm=comm, graphs=graphs, rank_like_median=rank_like_median,
-                                fuse=tuple(fuse))
+                                fuse=tuple(fuse), unprofiled=unprofiled)
     except ValueError as exc:
         raise BadInputError(None, str(exc)) from None
     options.setdefault("findings", False)

@@ -40,6 +40,7 @@ from .activity import DeviceActivity
 from . import intervals as iv
 from .host_issue import issue_ranges, thread_key
 from .what_if import kernel_contention_ns
+from .profiler_cost import ns_per_event
 from .results import CrossRankSummary, DeviceSummary, rank_column
 
 OP, HOST, INSTANCE = 0, 1, 2
@@ -51,6 +52,9 @@ HOST_BUCKET, INSTANCE_BUCKET = len(BUCKETS), len(BUCKETS) + 1
 
 LATENCY_PERCENTILE = 5.0  # a device's least stream / launch latency: this percentile of the traced ones
 WAIT_LATE_NS = 2_000  # an op starting this much later than its stream and launch allow waited on something else
+#: a launch holds its kernel back by the least traced launch latency, at most this (a host always far ahead shows
+#: no latency below its lead; CUDA's launch latency, host call to kernel start on an idle GPU, is a few µs)
+LAUNCH_LATENCY_MAX_NS = 10_000
 BLOCKED_NS = 50_000  # a host call this long that returns right after a GPU op ended waited for it ...
 RETURN_NEAR_NS = 20_000  # ... returning at most this long after that op's end
 WAIT_NEAR_NS = 1_000_000  # ... on an op of another stream that ended at most this long before it started
@@ -98,6 +102,7 @@ class DepGraph:
     instance_factor: np.ndarray  # per node: NCCL bus factor of an instance (0 elsewhere)
     issue_node_ns: np.ndarray  # per node: its time inside collective calls' issuing ranges (host nodes)
     issue_edge_ns: np.ndarray  # per edge: a host gap's time inside collective calls' issuing ranges
+    profiler_edge_ns: np.ndarray  # per edge: a host gap's profiler cost (recorded host events × the per-event cost)
     stream_gap_ns: np.ndarray  # per node: its device's least traced stream latency (ops; 0 elsewhere)
     contention_ns: np.ndarray  # per node: a compute kernel's excess over its median with no communication beside
     steps: list[StepWindow] = field(default_factory=list)
@@ -135,12 +140,14 @@ class _Parts:
         return ids
 
     def add_edges(self, src: np.ndarray, dst: np.ndarray, etype: int, delay: np.ndarray,
-                  src_end: bool | np.ndarray, dst_end: bool = False, issue: np.ndarray | None = None) -> None:
+                  src_end: bool | np.ndarray, dst_end: bool = False, issue: np.ndarray | None = None,
+                  profiler: np.ndarray | None = None) -> None:
         n = len(src)
         if not n:
             return
         for k, v in (("src", src), ("dst", dst), ("delay_ns", delay),
                      ("issue", np.zeros(n, np.int64) if issue is None else issue),
+                     ("profiler", np.zeros(n, np.int64) if profiler is None else profiler),
                      ("src_end", np.broadcast_to(src_end, (n,))), ("dst_end", np.full(n, dst_end)),
                      ("etype", np.full(n, etype, dtype=np.int8))):
             self.edges.setdefault(k, []).append(np.asarray(v))
@@ -313,8 +320,10 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
     gap = hs[b] - he[a]
     nested = gap < 0
     covered = _issue_cover(trace, np.unique(api["pid"][rows]), off)
+    events = _profiled_events(trace, threads, off)
     parts.add_edges(ids[a], ids[b], HOSTGAP, np.where(nested, hs[b] - hs[a], gap), src_end=~nested,
-                    issue=np.where(nested, 0, covered(th[a], he[a], hs[b])))
+                    issue=np.where(nested, 0, covered(th[a], he[a], hs[b])),
+                    profiler=np.where(nested, 0, events(th[a], he[a], he[b]) * ns_per_event(trace)[1]))
     parts.nodes["issue"][-1] = covered(th, hs, he)
     # launch edges and blocking-launch syncs
     for act, op_ids, op_rows, op_start in items:
@@ -325,7 +334,7 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
         launcher[o] = h
         lat = op_start[linked] - hs[pos]
         ok = lat >= 0
-        l0 = int(lat[ok].min()) if ok.any() else 0  # the least traced launch latency: a bound that held
+        l0 = min(int(lat[ok].min()) if ok.any() else 0, LAUNCH_LATENCY_MAX_NS)
         parts.add_edges(h[ok], o[ok], LAUNCH, np.minimum(lat[ok], l0), src_end=False)
         e_op = node_end[o]
         blocking = (e_op <= he[pos]) & (e_op > hs[pos])
@@ -380,6 +389,41 @@ def _issue_cover(trace: Trace, pids: np.ndarray, offset: int):  # type: ignore[n
         return np.where(known, np.maximum(out, 0), 0).astype(np.int64)
 
     return covered
+
+
+def _profiled_events(trace: Trace, threads: np.ndarray, offset: int):  # type: ignore[no-untyped-def]
+    """A function ``(thread, lo, hi) -> count`` of the host events a profiler recorded on the thread starting in
+    ``[lo, hi)``: Kineto ``cpu_op`` ranges and CUDA API calls, as ``what_if_range.host_event_counts`` counts them
+    (an nsys export read for a summary: the API calls it kept)."""
+    api, r = trace.api_calls, trace.ranges
+    starts = [api["start_ns"]]
+    keys = [thread_key(api["pid"], api["tid"])]
+    cpu_op = trace.strings.get("cpu_op")
+    if len(r) and cpu_op >= 0:
+        sel = r["kind_id"] == cpu_op
+        starts.append(r["start_ns"][sel])
+        keys.append(thread_key(r["pid"][sel], r["tid"][sel]))
+    t = np.concatenate(starts).astype(np.int64) + offset
+    k = np.concatenate(keys)
+    keep = np.isin(k, threads)
+    t, k = t[keep], k[keep]
+    lanes, lane = np.unique(k, return_inverse=True)
+    if not len(t):
+        return lambda thread, lo, hi: np.zeros(len(lo), np.int64)
+    base = int(t.min())
+    span = int(t.max()) - base + 1
+    lifted = np.sort((t - base) + lane.astype(np.int64) * span)
+
+    def count(thread: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        pos = np.minimum(np.searchsorted(lanes, thread), len(lanes) - 1)
+        known = lanes[pos] == thread
+        shift = pos.astype(np.int64) * span - base
+        lo_l = np.clip(lo + shift, pos * span, pos * span + span)
+        hi_l = np.clip(hi + shift, pos * span, pos * span + span)
+        n = np.searchsorted(lifted, hi_l) - np.searchsorted(lifted, lo_l)
+        return np.where(known, np.maximum(n, 0), 0).astype(np.int64)
+
+    return count
 
 
 def _wait_edges(parts: _Parts, start: np.ndarray, end: np.ndarray, stream: np.ndarray, device: np.ndarray,
@@ -499,6 +543,7 @@ def _finish(parts: _Parts, launcher: np.ndarray, steps: list[StepWindow], latenc
                     instance_bytes=col("nodes", "bytes", np.int64),
                     instance_factor=col("nodes", "factor", np.float64),
                     issue_node_ns=col("nodes", "issue", np.int64), issue_edge_ns=col("edges", "issue", np.int64),
+                    profiler_edge_ns=col("edges", "profiler", np.int64),
                     stream_gap_ns=col("nodes", "gap", np.int64),
                     contention_ns=col("nodes", "contention", np.int64), steps=steps,
                     stream_latency_ns=latency, clock_offset_ns=offsets, notes=notes)

@@ -29,8 +29,19 @@ import numpy as np
 
 from ..buckets import BUCKETS
 from .dep_graph import ARRIVAL, HOST, HOSTGAP, LAUNCH, NODE_BUCKETS, OP, STREAM, TRANSFER, DepGraph
-from .replay import CATEGORIES, Inputs, Order, PathSegment, Replay, critical_path, order_of, replay, step_ops, \
-    step_times
+from .replay import (
+    CATEGORIES,
+    Inputs,
+    Order,
+    PathSegment,
+    Replay,
+    StepTimes,
+    critical_path,
+    order_of,
+    replay,
+    step_ops,
+    step_times,
+)
 
 COMM_BUCKET = "communication"
 
@@ -50,6 +61,8 @@ class Change:
             return "communication free" if self.target == "free" else f"communication at {self.factor:g} GB/s"
         if self.kind == "graphs":
             return "CUDA graphs (launch gaps removed)"
+        if self.kind == "unprofiled":
+            return "profiler's host cost removed"
         if self.kind == "rank_like_median":
             return f"rank {int(self.factor or 0)} like the median rank"
         return f"fuse /{self.target}/" + (f" at {self.factor:g}× the chain" if self.factor is not None else "")
@@ -68,6 +81,9 @@ _ASSUMPTIONS = {
                         "host gaps their median gap where shorter",
     "fuse": "the run of matching kernels becomes one kernel as long as its longest member (or factor × its total), "
             "launched by one call; the host work between the fused launches goes",
+    "unprofiled": "the profiler slows the host by a fixed time per recorded host event (Kineto 3.5 µs per CPU op or "
+                  "CUDA call, nsys 6.66 µs per CUDA call: the medians measured, analysis/profiler_cost.py); that time "
+                  "goes from every host gap, in the baseline and with the changes",
     "always": "dependencies as traced (stream order, launches, host order, syncs, inferred cross-stream waits, "
               "collectives); unexplained delays (slack) stay with their node; profiler overhead in the trace stays "
               "unless a change removes the host work it slowed",
@@ -115,8 +131,10 @@ class WhatIfStep:
     ordinal: int
     rank: int
     traced_ns: int
+    baseline_ns: int  # the traced step, or with ``unprofiled`` the step replayed without the profiler's host cost
     simulated_ns: int
-    traced_period_ns: int | None
+    traced_period_ns: int | None  # to the next step's start (None for the last)
+    baseline_period_ns: int | None
     simulated_period_ns: int | None
 
 
@@ -128,8 +146,9 @@ class WhatIfResult:
     assumptions: list[str]
     steps: list[WhatIfStep]
     traced_step_ns: int | None  # median over run steps
+    baseline_step_ns: int | None
     simulated_step_ns: int | None
-    change_ns: int | None  # median over steps of (simulated - traced)
+    change_ns: int | None  # median over steps of (simulated - baseline)
     change_period_ns: int | None  # the same over step-to-step periods, where steps follow each other
     no_change_error_pct: float | None  # the unchanged replay's largest step error (%)
     paths: list[StepPath]  # the traced critical path of each run step (its slowest rank)
@@ -139,10 +158,11 @@ class WhatIfResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "changes": self.changes, "assumptions": self.assumptions,
-            "traced_step_ns": self.traced_step_ns, "simulated_step_ns": self.simulated_step_ns,
+            "traced_step_ns": self.traced_step_ns, "baseline_step_ns": self.baseline_step_ns,
+            "simulated_step_ns": self.simulated_step_ns,
             "change_ns": self.change_ns, "change_period_ns": self.change_period_ns,
-            "change_pct": (100.0 * self.change_ns / self.traced_step_ns
-                           if self.change_ns is not None and self.traced_step_ns else None),
+            "change_pct": (100.0 * self.change_ns / self.baseline_step_ns
+                           if self.change_ns is not None and self.baseline_step_ns else None),
             "no_change_error_pct": self.no_change_error_pct,
             "steps": [s.__dict__ for s in self.steps],
             "critical_path": [p.to_json() for p in self.paths],
@@ -227,6 +247,10 @@ def apply_changes(g: DepGraph, changes: list[Change], ops_of: list[np.ndarray] |
         elif c.kind == "graphs":
             _graphs(g, inp, step)
             notes.append(_ASSUMPTIONS["graphs"])
+        elif c.kind == "unprofiled":
+            hg = g.etype == HOSTGAP
+            inp.delay_ns[hg] -= np.minimum(g.profiler_edge_ns[hg], inp.delay_ns[hg])
+            notes.append(_ASSUMPTIONS["unprofiled"])
         elif c.kind == "rank_like_median":
             _like_median(g, inp, int(c.factor or 0))
             notes.append(_ASSUMPTIONS["rank_like_median"])
@@ -375,7 +399,8 @@ def _median(values: list[int]) -> int | None:
 
 
 def simulate(g: DepGraph, changes: list[Change], *, order: Order | None = None) -> WhatIfResult:
-    """Replay ``g`` unchanged (its critical paths, the no-change check) and with ``changes``."""
+    """Replay ``g`` unchanged (its critical paths, the no-change check) and with ``changes``. The baseline a change
+    is measured against is the traced run, or with ``unprofiled`` among the changes the run with only that one."""
     o = order if order is not None else order_of(g)
     ops = step_ops(g)
     traced = replay(g, Inputs.traced(g), o)
@@ -385,36 +410,47 @@ def simulate(g: DepGraph, changes: list[Change], *, order: Order | None = None) 
     inp, notes = apply_changes(g, changes, ops)
     sim = replay(g, inp, o) if changes else traced
     s_steps = step_times(g, sim, ops) if changes else t_steps
+    base_changes = [c for c in changes if c.kind == "unprofiled"]
+    b_steps = t_steps
+    if base_changes and len(base_changes) < len(changes):
+        b_steps = step_times(g, replay(g, apply_changes(g, base_changes, ops)[0], o), ops)
     run = _run_steps(g, t_steps.duration_ns)
+    base_run = _run_steps(g, b_steps.duration_ns)
     sim_run = _run_steps(g, s_steps.duration_ns)
     steps: list[WhatIfStep] = []
     for k in sorted(run):
-        i, j = run[k], sim_run[k]
-        tp, sp = int(t_steps.period_ns[i]), int(s_steps.period_ns[j])
-        steps.append(WhatIfStep(k, g.steps[i].rank, int(t_steps.duration_ns[i]), int(s_steps.duration_ns[j]),
-                                tp if tp >= 0 else None, sp if sp >= 0 else None))
+        i, b, j = run[k], base_run[k], sim_run[k]
+
+        def period(st: StepTimes, x: int) -> int | None:
+            return int(st.period_ns[x]) if st.period_ns[x] >= 0 else None
+
+        steps.append(WhatIfStep(k, g.steps[i].rank, int(t_steps.duration_ns[i]), int(b_steps.duration_ns[b]),
+                                int(s_steps.duration_ns[j]), period(t_steps, i), period(b_steps, b),
+                                period(s_steps, j)))
     paths = [step_path(g, traced, run[k], ops[run[k]]) for k in sorted(run)]
     sim_paths = [step_path(g, sim, sim_run[k], ops[sim_run[k]]) for k in sorted(sim_run)] if changes else []
-    deltas = [s.simulated_ns - s.traced_ns for s in steps]
-    periods = [s.simulated_period_ns - s.traced_period_ns for s in steps
-               if s.simulated_period_ns is not None and s.traced_period_ns is not None]
+    deltas = [s.simulated_ns - s.baseline_ns for s in steps]
+    periods = [s.simulated_period_ns - s.baseline_period_ns for s in steps
+               if s.simulated_period_ns is not None and s.baseline_period_ns is not None]
     info = {"nodes": len(g), "edges": len(g.src), "edges_by_type": g.edge_counts(), "dropped_edges": o.dropped,
             "clock_offset_ns_by_rank": {str(k): v for k, v in g.clock_offset_ns.items()}, "notes": g.notes}
     return WhatIfResult([c.label() for c in changes], notes if changes else [_ASSUMPTIONS["always"]], steps,
-                        _median([s.traced_ns for s in steps]), _median([s.simulated_ns for s in steps]),
-                        _median(deltas), _median(periods), err, paths, sim_paths, info)
+                        _median([s.traced_ns for s in steps]), _median([s.baseline_ns for s in steps]),
+                        _median([s.simulated_ns for s in steps]), _median(deltas), _median(periods), err, paths,
+                        sim_paths, info)
 
 
 _BANDWIDTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:GB/s|gbps|GBps)?\s*$", re.IGNORECASE)
 
 
 def parse_changes(*, scale: tuple[str, ...] | list[str] = (), comm: str | None = None, graphs: bool = False,
-                  rank_like_median: int | None = None, fuse: tuple[str, ...] | list[str] = ()) -> list[Change]:
+                  rank_like_median: int | None = None, fuse: tuple[str, ...] | list[str] = (),
+                  unprofiled: bool = False) -> list[Change]:
     """Changes from the ``whatif`` command's option texts; ``ValueError`` names a text that does not parse.
 
     ``scale``: ``BUCKET=F`` or ``REGEX=F`` (F ≥ 0); ``comm``: ``free`` or a bandwidth such as ``100GB/s``;
     ``fuse``: ``REGEX`` or ``REGEX=F`` (the fused kernel = F × the chain's total)."""
-    out: list[Change] = []
+    out: list[Change] = [Change("unprofiled")] if unprofiled else []
     for text in scale:
         target, sep, value = text.rpartition("=")
         try:
