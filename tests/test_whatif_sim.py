@@ -1,0 +1,146 @@
+"""The cross-rank critical path and the replay what-if (issue 31; docs/METHOD_WHATIF_SIM.md).
+
+Hand-computed cases on synthetic two-rank traces; on every multi-rank trace of fixtures/ (and ../shared/data when
+present): the unchanged replay gives back every traced step (within 2 %; it is exact by construction, so any
+difference is a graph-ordering defect), and each step's critical path adds up to the step, by category, bucket,
+rank and edge type. The validation against measured changes is tests/test_whatif_validation.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import traceanalyzer as ta
+from traceanalyzer.analysis.replay import CATEGORIES
+from traceanalyzer.cli import cli, main
+from traceanalyzer.testing.synth import make_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "fixtures"
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+
+
+def _two_ranks() -> list[ta.Trace]:
+    """gemm_a → all-reduce → gemm_b on one stream per rank; rank 1's gemm_a is 50 ns longer, so rank 0's
+    all-reduce waits for it: arrival 450, transfer 150 (rank 1's duration), both end at 600, steps end at 1000."""
+    traces = []
+    for rank, a_end in ((0, 400), (1, 450)):
+        kernels = [(0, a_end, 0, 7, "gemm_a", "gemm", None, 1), (a_end, 600, 0, 7, NCCL, "communication",
+                                                                "all_reduce", 2),
+                   (600, 1_000, 0, 7, "gemm_b", "gemm", None, 3)]
+        t = make_trace(kernels, rank=rank, path=f"rank{rank}.json")
+        traces.append(replace(t, base_time_ns=0, world_size=2))
+    return traces
+
+
+def test_hand_computed_critical_path_crosses_to_the_rank_that_arrives_last() -> None:
+    w = ta.whatif(_two_ranks())
+    assert w.no_change_error_pct == 0.0
+    path = w.paths[0]
+    # gemm_b on rank 0 (400), the transfer after the last arrival (150), rank 1's gemm_a that arrives last (450)
+    assert path.step_ns == 1_000
+    assert path.by_category == {"compute": 850, "transfer": 150, "wait": 0, "launch": 0, "host_gap": 0}
+    assert path.by_rank == {"0": 550, "1": 450}
+    assert path.by_bucket == {"gemm": 850, "communication": 150}
+    assert [(s.start_ns, s.end_ns, s.rank) for s in path.segments] == [(0, 450, 1), (450, 600, 0), (600, 1000, 0)]
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"scale": ["gemm=0.5"]}, -425),  # gemm_a 200 / 225: arrival 225, + 150, gemm_b 200: 575
+    ({"scale": ["gemm_.=0.5"]}, -425),  # the same kernels by a name regex
+    ({"comm": "free"}, -150),  # no all-reduce, no waiting: rank 1 alone, 450 + 400
+    ({"rank_like_median": 1}, -50),  # rank 1's gemm_a as rank 0's (400): arrival 400, 550, 950
+    ({"scale": ["communication=2"]}, 150),  # transfer 300 after the last arrival
+])
+def test_hand_computed_changes(change: dict[str, object], expected: int) -> None:
+    w = ta.whatif(_two_ranks(), **change)  # type: ignore[arg-type]
+    assert w.change_ns == expected
+    assert w.assumptions and w.changes
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--scale", "attention"], "--scale 'attention'"),
+    (["--comm", "fast"], "--comm 'fast'"),
+    (["--fuse", "(unclosed"], "--fuse '(unclosed'"),
+    (["--rank-like-median", "5"], "ranks [0, 1]"),
+])
+def test_bad_change_is_bad_input_in_one_line(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                             problem: str) -> None:
+    code = main(["whatif", str(FIX / "kineto" / "tp2_prefill_serial"), *argv])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and err[0].startswith("Error: ") and problem in err[0], err
+
+
+def test_cli_json_and_terminal() -> None:
+    runner = CliRunner()
+    got = runner.invoke(cli, ["whatif", str(FIX / "kineto" / "tp2_prefill_serial"), "--comm", "free", "--json"])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.output)
+    assert doc["changes"] == ["communication free"] and doc["change_ns"] < 0
+    assert set(doc["critical_path"][0]["by_category_ns"]) == set(CATEGORIES)
+    got = runner.invoke(cli, ["whatif", str(FIX / "kineto" / "tp2_prefill_serial")])
+    assert got.exit_code == 0 and "What limits the step:" in got.output and "No-change replay" in got.output
+
+
+def test_collectives_join_the_ranks_as_matched_in_the_raw_trace() -> None:
+    """fixtures/kineto/tp2_prefill_serial: each rank file has 24 NCCL kernels (8 all-reduces × 3 profiled steps,
+    counted in the raw JSON below); each instance joins both ranks: 24 instance nodes, 48 arrival and 48 transfer
+    edges."""
+    per_rank = []
+    for r in (0, 1):
+        doc = json.loads(gzip.open(FIX / "kineto" / "tp2_prefill_serial" / f"rank{r}.json.gz").read())
+        per_rank.append(sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]))
+    assert per_rank == [24, 24]
+    w = ta.whatif(str(FIX / "kineto" / "tp2_prefill_serial"))
+    edges = w.graph["edges_by_type"]
+    assert edges["arrival"] == 48 and edges["transfer"] == 48
+
+
+def _multi_rank_traces(tmp: Path) -> list[list[str]]:
+    """Every multi-rank trace of fixtures/ (and ../shared/data when present), as the path lists of one run."""
+    runs = [[str(p)] for p in sorted((FIX / "kineto").glob("tp2_*"))]
+    runs += [[str(p)] for p in sorted((FIX / "kineto" / "ab").glob("tp2_*"))]
+    runs.append([str(FIX / "nsys" / "tp2_prefill_serial.sqlite")])
+    unpacked = tmp / "tp2_prefill_overlap.sqlite"
+    with lzma.open(FIX / "nsys" / "tp2_prefill_overlap.sqlite.xz") as src, unpacked.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    runs.append([str(unpacked)])
+    shared = ROOT.parent / "shared" / "data"
+    if shared.is_dir():
+        k = shared / "h200" / "kineto"
+        for stem in ("prefill_serial", "prefill_overlap", "decode_serial", "decode_serial_graphs",
+                     "nop2p_prefill_serial"):
+            runs.append([str(k / f"{stem}_rank{r}.json.gz") for r in (0, 1)])
+        runs += [[str(shared / "h200" / "nsys" / f"tp2_{m}.sqlite")] for m in ("prefill_serial", "prefill_overlap")]
+        runs.append([str(p) for p in sorted((shared / "foreign").glob("dlrm_torchrec_v100_8rank_rank*.json.gz"))])
+        runs.append([str(p) for p in sorted((shared / "hta" / "tests" / "data" / "trace_filter").glob(
+            "sampled_rank-*.json.gz"))])
+        runs += [[str(p)] for p in sorted((shared / "nsys-public").glob("*2xh100*.sqlite"))]
+    return [r for r in runs if r]
+
+
+def test_every_multi_rank_trace_replays_unchanged_and_its_paths_add_up(tmp_path: Path) -> None:
+    checked = 0
+    for run in _multi_rank_traces(tmp_path):
+        try:
+            w = ta.whatif(run)
+        except ta.BadInputError as exc:  # a capture without steps of GPU work (e.g. an export with no kernels)
+            assert "no step" in str(exc) or "kernel" in str(exc), (run, exc)
+            continue
+        assert w.no_change_error_pct is not None and w.no_change_error_pct <= 2.0, run
+        assert w.graph["dropped_edges"] == 0, run
+        for p in w.paths:
+            for parts in (p.by_category, p.by_bucket, p.by_rank, p.by_edge):
+                assert sum(parts.values()) == p.step_ns, (run, p.step, parts)
+        traced = {s.ordinal: s.traced_ns for s in w.steps}
+        assert [p.step_ns for p in w.paths] == [traced[k] for k in sorted(traced)], run
+        checked += 1
+    assert checked >= (28 if (ROOT.parent / "shared" / "data").is_dir() else 17)
