@@ -96,7 +96,8 @@ def test_collectives_join_the_ranks_as_matched_in_the_raw_trace() -> None:
     edges."""
     per_rank = []
     for r in (0, 1):
-        doc = json.loads(gzip.open(FIX / "kineto" / "tp2_prefill_serial" / f"rank{r}.json.gz").read())
+        with gzip.open(FIX / "kineto" / "tp2_prefill_serial" / f"rank{r}.json.gz") as f:
+            doc = json.load(f)
         per_rank.append(sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]))
     assert per_rank == [24, 24]
     w = ta.whatif(str(FIX / "kineto" / "tp2_prefill_serial"))

@@ -108,8 +108,8 @@ def whatif(traces_or_paths: PathLike | Trace | Sequence[PathLike | Trace], *, sc
            fuse: Sequence[str] = (), unprofiled: bool = False, **options: Any) -> Any:
     """Replay the run's dependency graph with changes and recompute its steps (``WhatIfResult``; method in
     docs/METHOD_WHATIF_SIM.md): ``scale=["attention=0.5"]`` (a bucket or kernel-name regex), ``comm="free"`` or
-    ``"100GB/s"``, ``graphs=True`` (CUDA graphs: launch gaps removed), ``rank_like_median=R``, ``fuse=["REGEX"]``; ``unprofiled=True`` measures the changes against the run without the
-    profiler's own host cost (and removes it with them).
+    ``"100GB/s"``, ``graphs=True`` (CUDA graphs: launch gaps removed), ``rank_like_median=R``, ``fuse=["REGEX"]``;
+    ``unprofiled=True`` measures the changes against the run without the profiler's own host cost.
     With no change: the critical path of every step and the no-change replay. ``options`` as :func:`summary`'s.
 
     >>> w = ta.whatif("ranks/", comm="free"); w.change_ns, w.assumptions   # doctest: +SKIP

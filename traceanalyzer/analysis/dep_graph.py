@@ -19,9 +19,12 @@ METHOD_WHATIF_SIM.md):
 * ``SYNC``: a GPU operation's end → the end of a host call that returned only after it: a ``cuda*Synchronize`` call,
   the call that launched it (a blocking copy), or a call held up ``BLOCKED_NS`` or more that returned right after
   a GPU operation of its thread ended (a launch waiting for room in the launch queue).
-* ``WAIT``: an operation on another stream of the device → this one, where the operation starts later than both its
-  stream predecessor and its launch allow and another stream's operation ended just before (the stream waited on an
-  event recorded there; inferred from the times, both formats).
+* ``EVENT``: a recorded cross-stream wait (nsys ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` stream-wait rows joined to
+  the ``CUPTI_ACTIVITY_KIND_CUDA_EVENT`` record they wait on, ``stream_waits``): the last operation submitted to the
+  recording stream before the record → the first one submitted to the waiting stream after the wait.
+* ``WAIT``: where the trace records no waits (Kineto without ``cuda_sync`` events, nsys without CUDA event
+  tracing): an operation on another stream of the device → this one, where the operation starts later than both
+  its stream predecessor and its launch allow and another stream's operation ended just before (inferred).
 * ``ARRIVAL`` / ``TRANSFER``: each participating rank's communication kernel start → the instance (the last arrival);
   the instance → each rank's kernel end, delayed by that rank's transfer after the last arrival.
 """
@@ -35,17 +38,17 @@ import numpy as np
 
 from ..api_names import HOST_SYNC
 from ..buckets import BUCKETS
-from ..trace import Trace
-from .activity import DeviceActivity
+from ..trace import Table, Trace
 from . import intervals as iv
+from .activity import DeviceActivity
 from .host_issue import issue_ranges, thread_key
-from .what_if import kernel_contention_ns
 from .profiler_cost import ns_per_event
 from .results import CrossRankSummary, DeviceSummary, rank_column
+from .what_if import kernel_contention_ns
 
 OP, HOST, INSTANCE = 0, 1, 2
-STREAM, LAUNCH, HOSTGAP, SYNC, WAIT, ARRIVAL, TRANSFER = range(7)
-EDGE_TYPES = ("stream", "launch", "host", "sync", "wait", "arrival", "transfer")
+STREAM, LAUNCH, HOSTGAP, SYNC, WAIT, ARRIVAL, TRANSFER, EVENT = range(8)
+EDGE_TYPES = ("stream", "launch", "host", "sync", "wait", "arrival", "transfer", "event")
 #: Bucket codes of nodes: the kernel buckets, then these.
 NODE_BUCKETS = (*BUCKETS, "host", "instance")
 HOST_BUCKET, INSTANCE_BUCKET = len(BUCKETS), len(BUCKETS) + 1
@@ -228,10 +231,11 @@ def build_graph(traces: Sequence[Trace], devices: Sequence[DeviceSummary],
     steps: list[StepWindow] = []
     latency: dict[tuple[int, int], int] = {}
     host_parts: dict[str, list[tuple[DeviceActivity, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    explicit: set[tuple[int, int]] = set()  # devices whose trace records its cross-stream waits
     for dev in devices:
-        act: DeviceActivity = dev.activity
-        if act is None:
+        if dev.activity is None:
             continue
+        act: DeviceActivity = dev.activity
         off = offsets.get(dev.rank, 0)
         k, m = act.kernels, act.memops
         start = np.r_[k["start_ns"], m["start_ns"]].astype(np.int64) + off
@@ -261,6 +265,10 @@ def build_graph(traces: Sequence[Trace], devices: Sequence[DeviceSummary],
         parts.add_edges(ids[a], ids[b], STREAM, np.where(overlap, start[b] - start[a], np.minimum(gap, g0)),
                         src_end=~overlap)
         host_parts.setdefault(dev.trace, []).append((act, ids, rows, start))
+        recorded = by_path[dev.trace].tables.get("stream_waits")
+        if recorded is not None and len(recorded):
+            _event_edges(parts, recorded, dev, act, ids, start, end, stream, g0)
+            explicit.add((dev.rank, dev.device))
         if cross is not None and (dev.rank not in op_lookup) and is_comm.any():
             cm = np.flatnonzero(is_comm)
             order_c = np.argsort(start[cm], kind="stable")
@@ -278,7 +286,7 @@ def build_graph(traces: Sequence[Trace], devices: Sequence[DeviceSummary],
     node_stream = parts.column("nodes", "stream", np.int64)
     node_device = parts.column("nodes", "device", np.int64)
     node_rank = parts.column("nodes", "rank", np.int64)
-    _wait_edges(parts, node_start, node_end, node_stream, node_device, node_rank, launcher, latency)
+    _wait_edges(parts, node_start, node_end, node_stream, node_device, node_rank, latency, explicit)
     skew = _collective_edges(parts, cross, op_lookup, offsets, node_start, node_end)
     if skew:
         notes.append(f"{skew} rank(s)-instances whose kernel ends before the last arrival on the common clock: "
@@ -326,7 +334,7 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
                     profiler=np.where(nested, 0, events(th[a], he[a], he[b]) * ns_per_event(trace)[1]))
     parts.nodes["issue"][-1] = covered(th, hs, he)
     # launch edges and blocking-launch syncs
-    for act, op_ids, op_rows, op_start in items:
+    for _, op_ids, op_rows, op_start in items:
         linked = op_rows >= 0
         pos = np.searchsorted(rows, op_rows[linked])
         h = ids[pos]
@@ -350,7 +358,7 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
     op_all = np.concatenate([op_ids[op_rows >= 0] for _, op_ids, op_rows, _ in items])
     op_thread = np.concatenate([api_thread[op_rows[op_rows >= 0]] for _, _, op_rows, _ in items])
     op_e = node_end[op_all]
-    lane_t, lane = np.unique(np.r_[op_thread, th[sync_pos]], return_inverse=True)
+    _, lane = np.unique(np.r_[op_thread, th[sync_pos]], return_inverse=True)
     span = int(max(op_e.max(initial=0), he.max(initial=0)) - min(op_e.min(initial=0), hs.min(initial=0))) + 1
     base = int(min(op_e.min(initial=0), hs.min(initial=0)))
     key_op = (op_e - base) + lane[: len(op_all)].astype(np.int64) * span
@@ -426,8 +434,43 @@ def _profiled_events(trace: Trace, threads: np.ndarray, offset: int):  # type: i
     return count
 
 
+def _event_edges(parts: _Parts, waits: Table, dev: DeviceSummary, act: DeviceActivity, ids: np.ndarray,
+                 start: np.ndarray, end: np.ndarray, stream: np.ndarray, g0: int) -> None:
+    """Recorded cross-stream waits (nsys): the last op submitted to the recording stream before the event record →
+    the first op submitted to the waiting stream after the wait (ops ordered by their launch's correlation id)."""
+    # by process, not by the row's device: the exports seen give every wait the first GPU's deviceId (tp2 runs:
+    # rank 1's waits name device 0); a process's stream ids are its own
+    mine = np.isin(waits["pid"], act.pids)
+    if not mine.any():
+        return
+    corr = np.r_[act.kernels["correlation"], act.memops["correlation"]].astype(np.int64)
+    ok = corr >= 0
+    lanes, lane = np.unique(stream[ok], return_inverse=True)
+    big = int(corr.max(initial=0)) + 2
+    key = lane.astype(np.int64) * big + corr[ok]
+    order = np.argsort(key, kind="stable")
+    key_sorted, op_sorted = key[order], np.flatnonzero(ok)[order]
+
+    def lane_of(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pos = np.minimum(np.searchsorted(lanes, s), max(len(lanes) - 1, 0))
+        return pos, lanes[pos] == s if len(lanes) else np.zeros(len(s), bool)
+
+    r_lane, r_ok = lane_of(waits["record_stream"][mine].astype(np.int64))
+    w_lane, w_ok = lane_of(waits["wait_stream"][mine].astype(np.int64))
+    r_at = np.searchsorted(key_sorted, r_lane * big + waits["record_correlation"][mine], side="left") - 1
+    w_at = np.searchsorted(key_sorted, w_lane * big + waits["wait_correlation"][mine], side="right")
+    good = r_ok & w_ok & (r_at >= 0) & (w_at < len(key_sorted))
+    r_at, w_at = np.where(good, r_at, 0), np.where(good, np.minimum(w_at, len(key_sorted) - 1), 0)
+    good &= (key_sorted[r_at] // big == r_lane) & (key_sorted[w_at] // big == w_lane)
+    src, dst = op_sorted[r_at[good]], op_sorted[w_at[good]]
+    keep = (src != dst) & (end[src] <= start[dst])
+    pairs = np.unique(np.column_stack([src[keep], dst[keep]]), axis=0) if keep.any() else np.empty((0, 2), int)
+    a, b = pairs[:, 0], pairs[:, 1]
+    parts.add_edges(ids[a], ids[b], EVENT, np.minimum(start[b] - end[a], g0), src_end=True)
+
+
 def _wait_edges(parts: _Parts, start: np.ndarray, end: np.ndarray, stream: np.ndarray, device: np.ndarray,
-                rank: np.ndarray, launcher: np.ndarray, latency: dict[tuple[int, int], int]) -> None:
+                rank: np.ndarray, latency: dict[tuple[int, int], int], explicit: set[tuple[int, int]]) -> None:
     """Inferred cross-stream waits: an op starting ``WAIT_LATE_NS`` later than its stream predecessor and its launch
     allow, right after (``WAIT_NEAR_NS``) an op of another stream of the device ended."""
     src = parts.column("edges", "src", np.int64)
@@ -444,7 +487,7 @@ def _wait_edges(parts: _Parts, start: np.ndarray, end: np.ndarray, stream: np.nd
     late = ops[(start[ops] - ready[ops] > WAIT_LATE_NS)]
     if not len(late):
         return
-    for key in {(int(r), int(d)) for r, d in zip(rank[late], device[late], strict=True)}:
+    for key in {(int(r), int(d)) for r, d in zip(rank[late], device[late], strict=True)} - explicit:
         mine = ops[(rank[ops] == key[0]) & (device[ops] == key[1])]
         want = late[(rank[late] == key[0]) & (device[late] == key[1])]
         for s in np.unique(stream[want]):
@@ -459,7 +502,6 @@ def _wait_edges(parts: _Parts, start: np.ndarray, end: np.ndarray, stream: np.nd
             ok &= (end[cand] >= ready[w]) & (start[w] - end[cand] <= WAIT_NEAR_NS)
             g0 = latency.get(key, 0)
             parts.add_edges(cand[ok], w[ok], WAIT, np.minimum(start[w][ok] - end[cand][ok], g0), src_end=True)
-    del launcher
 
 
 def _collective_edges(parts: _Parts, cross: CrossRankSummary | None,

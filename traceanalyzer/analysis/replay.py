@@ -20,6 +20,7 @@ import numpy as np
 from .dep_graph import (
     ARRIVAL,
     EDGE_TYPES,
+    EVENT,
     HOST,
     HOSTGAP,
     LAUNCH,
@@ -36,7 +37,7 @@ from .dep_graph import (
 #: Critical-path categories (what a stretch of the path is spent on).
 CATEGORIES = ("compute", "transfer", "wait", "launch", "host_gap")
 _EDGE_CATEGORY = {STREAM: "launch", LAUNCH: "launch", HOSTGAP: "host_gap", SYNC: "wait", WAIT: "wait",
-                  ARRIVAL: "wait", TRANSFER: "transfer"}
+                  ARRIVAL: "wait", TRANSFER: "transfer", EVENT: "wait"}
 _NEG = -(1 << 62)
 
 

@@ -70,8 +70,9 @@ class Change:
 
 _ASSUMPTIONS = {
     "scale": "the scaled kernels keep their dependencies; nothing else runs faster or slower beside them",
-    "comm_free": "collectives take no time and synchronise no ranks; the host time of the collective calls (outermost "
-                 "issuing ranges) goes from the host threads; compute kernels that ran beside communication take their median time with none beside (contention goes)",
+    "comm_free": "collectives take no time and synchronise no ranks; the host time of the collective calls "
+                 "(outermost issuing ranges) goes from the host threads; compute kernels that ran beside "
+                 "communication take their median time with none beside (contention goes)",
     "comm_bw": "each matched instance's transfer after the last arrival = bytes × bus factor / bandwidth; unmatched "
                "communication kernels keep their time",
     "graphs": "one launch per host segment (between host syncs); the host's work between launches goes; kernels run "
@@ -367,7 +368,7 @@ def _fuse(g: DepGraph, inp: Inputs, pattern: str, factor: float | None) -> None:
         if len(chain) < 2:
             continue
         d = g.duration_ns[chain]
-        fused = int(d.max()) if factor is None else int(round(float(d.sum()) * factor))
+        fused = int(d.max()) if factor is None else round(float(d.sum()) * factor)
         inp.duration_ns[h] = fused
         inp.floor_ns[h] = fused
         rest = np.asarray(chain[1:], np.int64)
@@ -477,18 +478,18 @@ def parse_changes(*, scale: tuple[str, ...] | list[str] = (), comm: str | None =
         out.append(Change("rank_like_median", "", float(rank_like_median)))
     for text in fuse:
         target, sep, value = text.rpartition("=")
-        factor: float | None = None
+        share: float | None = None
         if sep:
             try:
-                factor = float(value)
+                share = float(value)
             except ValueError:
-                target, factor = text, None
+                target, share = text, None
         else:
             target = text
-        if factor is not None and factor < 0:
+        if share is not None and share < 0:
             raise ValueError(f"--fuse {text!r}: the factor must be ≥ 0")
         _check_regex(target, "--fuse")
-        out.append(Change("fuse", target, factor))
+        out.append(Change("fuse", target, share))
     return out
 
 

@@ -48,7 +48,8 @@ def whatif_lines(result: WhatIfResult) -> list[str]:
         if result.baseline_step_ns != result.traced_step_ns:
             lines.append(f"Baseline (traced {fmt_brief_ns(result.traced_step_ns)}, without the profiler's host cost): "
                          f"{fmt_brief_ns(result.baseline_step_ns)}")
-        lines.append(f"Simulated step: {fmt_brief_ns(result.baseline_step_ns)} → {fmt_brief_ns(result.simulated_step_ns)}"
+        lines.append(f"Simulated step: {fmt_brief_ns(result.baseline_step_ns)} → "
+                     f"{fmt_brief_ns(result.simulated_step_ns)}"
                      f" ({'+' if (result.change_ns or 0) > 0 else ''}{fmt_brief_ns(result.change_ns)}, "
                      f"{fmt_pct(pct)}; median over steps)"
                      + (f"; step to step {fmt_brief_ns(result.change_period_ns)}"
