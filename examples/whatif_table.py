@@ -38,20 +38,23 @@ class Case:
     measured_ms: float  # negative: faster
     change: dict[str, Any]
     bound: float = 0.25
+    measured_after_ms: float | None = None  # the unprofiled step with the change, where measured
+    measured_before_ms: float | None = None  # the unprofiled step without it
 
 
 def _med(path: Path) -> float:
     return float(json.loads(path.read_text())["step_ms_median"])
 
 
-def _fixture_comm(mode: str) -> float:
+def _fixture_comm(mode: str) -> tuple[float, float, float]:
+    """(measured change, step with, step without), slowest rank, ms."""
     t = FIX / "truth"
     w = [_med(t / f"{mode}_rank{r}.json") for r in (0, 1)]
     wo = [_med(t / f"{mode}_nocomm_rank{r}.json") for r in (0, 1)]
-    return -(max(w) - max(wo))
+    return -(max(w) - max(wo)), max(w), max(wo)
 
 
-def _ab_comm(run: str) -> float:
+def _ab_comm(run: str) -> tuple[float, float, float]:
     if run.startswith("tp1_"):
         ranks = [json.loads((FIX / "truth" / "ab" / "tp1" / f"{run[4:]}_rank0.json").read_text())["rounds"]]
     else:
@@ -60,18 +63,24 @@ def _ab_comm(run: str) -> float:
     def slowest(key: str) -> float:
         return max(statistics.median([t for rd in rr for t in rd[key]]) for rr in ranks)
 
-    return -(slowest("comm_step_ms") - slowest("nocomm_step_ms"))
+    return -(slowest("comm_step_ms") - slowest("nocomm_step_ms")), slowest("comm_step_ms"), slowest("nocomm_step_ms")
 
 
-def _shared_comm(stem: str, nocomm: str) -> float:
+def _shared_comm(stem: str, nocomm: str) -> tuple[float, float, float]:
     k = SHARED / "h200" / "kineto"
     w = [_med(k / f"{stem}_rank{r}.truth.json") for r in (0, 1)]
     wo = [_med(k / f"truth_{nocomm}_nocomm_rank{r}.json") for r in (0, 1)]
-    return -(max(w) - max(wo))
+    return -(max(w) - max(wo)), max(w), max(wo)
 
 
-def _impact(case: str) -> float:
-    return float(json.loads((FIX / "truth" / "impacts" / f"{case}.json").read_text())["change_ms"])
+def _impact(case: str) -> tuple[float, float, float]:
+    d = json.loads((FIX / "truth" / "impacts" / f"{case}.json").read_text())
+    return float(d["change_ms"]), float(d["a_step_ms_median"]), float(d["b_step_ms_median"])
+
+
+def _case(kind: str, name: str, paths: list[Path], truth: tuple[float, float, float], change: dict[str, Any],
+          bound: float = 0.25) -> Case:
+    return Case(kind, name, paths, truth[0], change, bound, measured_after_ms=truth[2], measured_before_ms=truth[1])
 
 
 def cases(tmp: Path) -> list[Case]:
@@ -79,42 +88,42 @@ def cases(tmp: Path) -> list[Case]:
     out: list[Case] = []
     free = {"comm": "free"}
     for mode in ("prefill_serial", "prefill_overlap", "decode_eager", "decode_graphs"):
-        out.append(Case("comm", f"fixtures {mode} (Kineto)", [FIX / "kineto" / f"tp2_{mode}"], _fixture_comm(mode),
-                        free, 0.30 if mode == "prefill_overlap" else 0.25))
-    out.append(Case("comm", "fixtures prefill_serial (nsys)", [FIX / "nsys" / "tp2_prefill_serial.sqlite"],
-                    _fixture_comm("prefill_serial"), free))
+        out.append(_case("comm", f"fixtures {mode} (Kineto)", [FIX / "kineto" / f"tp2_{mode}"], _fixture_comm(mode),
+                         free, 0.30 if mode == "prefill_overlap" else 0.25))
+    out.append(_case("comm", "fixtures prefill_serial (nsys)", [FIX / "nsys" / "tp2_prefill_serial.sqlite"],
+                     _fixture_comm("prefill_serial"), free))
     unpacked = tmp / "tp2_prefill_overlap.sqlite"
     with lzma.open(FIX / "nsys" / "tp2_prefill_overlap.sqlite.xz") as src, unpacked.open("wb") as dst:
         shutil.copyfileobj(src, dst)
-    out.append(Case("comm", "fixtures prefill_overlap (nsys)", [unpacked], _fixture_comm("prefill_overlap"), free,
-                    0.30))
+    out.append(_case("comm", "fixtures prefill_overlap (nsys)", [unpacked], _fixture_comm("prefill_overlap"), free,
+                     0.30))
     for run in ("prefill_serial_a", "prefill_serial_b", "prefill_overlap_a", "decode_graphs_a", "decode_eager_a",
                 "decode_eager_b", "decode_eager_c", "decode_hostsync_d", "decode_hostsync_e", "decode_hostsync_f",
                 "tp1_decode_eager_c", "tp1_decode_hostsync_d", "tp1_decode_hostsync_e", "tp1_decode_hostsync_f"):
         path = FIX / "kineto" / "ab" / (run if run.startswith("tp1_") else f"tp2_{run}")
-        out.append(Case("comm", f"ab {run}", [path], _ab_comm(run), free, 0.30 if "overlap" in run else 0.25))
+        out.append(_case("comm", f"ab {run}", [path], _ab_comm(run), free, 0.30 if "overlap" in run else 0.25))
     if SHARED.is_dir():
         k = SHARED / "h200" / "kineto"
         for stem, nocomm in (("prefill_serial", "prefill"), ("nop2p_prefill_serial", "nop2p_prefill"),
                              ("prefill_overlap", "prefill_overlap")):
-            out.append(Case("comm", f"shared {stem} (Kineto)", [k / f"{stem}_rank{r}.json.gz" for r in (0, 1)],
-                            _shared_comm(stem, nocomm), free, 0.30 if "overlap" in stem else 0.25))
+            out.append(_case("comm", f"shared {stem} (Kineto)", [k / f"{stem}_rank{r}.json.gz" for r in (0, 1)],
+                             _shared_comm(stem, nocomm), free, 0.30 if "overlap" in stem else 0.25))
         for stem, nocomm in (("tp2_prefill_serial", "prefill"), ("tp2_prefill_overlap", "prefill_overlap")):
-            out.append(Case("comm", f"shared {stem[4:]} (nsys)", [SHARED / "h200" / "nsys" / f"{stem}.sqlite"],
-                            _shared_comm(stem[4:], nocomm), free, 0.30 if "overlap" in stem else 0.25))
+            out.append(_case("comm", f"shared {stem[4:]} (nsys)", [SHARED / "h200" / "nsys" / f"{stem}.sqlite"],
+                             _shared_comm(stem[4:], nocomm), free, 0.30 if "overlap" in stem else 0.25))
     eager = [_med(FIX / "truth" / f"decode_eager_rank{r}.json") for r in (0, 1)]
     graphs = [_med(FIX / "truth" / f"decode_graphs_rank{r}.json") for r in (0, 1)]
-    out.append(Case("graphs", "fixtures decode_eager → decode_graphs (Kineto)", [FIX / "kineto" / "tp2_decode_eager"],
-                    max(graphs) - max(eager), {"graphs": True}))
+    out.append(_case("graphs", "fixtures decode_eager → decode_graphs (Kineto)", [FIX / "kineto" / "tp2_decode_eager"],
+                     (max(graphs) - max(eager), max(eager), max(graphs)), {"graphs": True}))
     for case in ("graph_dense_b64_l8_big", "graph_dense_b8_l16", "graph_dense_b8_l8", "graph_moe_b32_l4",
                  "graph_moe_b4_l8"):
         for fmt, path in (("Kineto", FIX / "kineto" / "impacts" / case / "a" / "rank0.json.gz"),
                           ("nsys", FIX / "nsys" / f"impact_{case}_a.sqlite")):
-            out.append(Case("graphs", f"{case} ({fmt})", [path], _impact(case), {"graphs": True}))
+            out.append(_case("graphs", f"{case} ({fmt})", [path], _impact(case), {"graphs": True}))
     for case in ("norm_eager_big", "norm_graph_big", "norm_prefill_big"):
         for fmt, path in (("Kineto", FIX / "kineto" / "impacts" / case / "a" / "rank0.json.gz"),
                           ("nsys", FIX / "nsys" / f"impact_{case}_a.sqlite")):
-            out.append(Case("fuse", f"{case} ({fmt})", [path], _impact(case), {"fuse": [NORM_CHAIN]}))
+            out.append(_case("fuse", f"{case} ({fmt})", [path], _impact(case), {"fuse": [NORM_CHAIN]}))
     return out
 
 
@@ -139,7 +148,9 @@ def evaluate(case: Case) -> dict[str, Any]:
             "window_ms": (w.change_ns or 0) / 1e6, "traced_step_ms": (w.traced_step_ns or 0) / 1e6,
             "unprofiled_ms": sim_u, "error": error(sim), "error_unprofiled": error(sim_u), "bound": case.bound,
             "within": abs(error(sim)) <= case.bound, "within_unprofiled": abs(error(sim_u)) <= case.bound,
-            "no_change_error_pct": w.no_change_error_pct}
+            "no_change_error_pct": w.no_change_error_pct,
+            "simulated_after_ms": (w.traced_step_ns or 0) / 1e6 + sim, "measured_after_ms": case.measured_after_ms,
+            "measured_before_ms": case.measured_before_ms}
 
 
 def main(argv: list[str]) -> int:
@@ -148,16 +159,19 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps(rows, indent=1))
         return 0
-    print("| change | case | traced step | measured, ms/step | simulated, step to step (window) | error | "
-          "--unprofiled | error | bound |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| change | case | traced / unprofiled step | measured | simulated, step to step (window) | error | "
+          "--unprofiled | error | bound | simulated after vs measured after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     def mark(err: float, bound: float) -> str:
         return f"{err * 100:+.0f} %" + ("" if abs(err) <= bound else " ✗")
 
     for r in rows:
-        print(f"| {r['kind']} | {r['case']} | {r['traced_step_ms']:.2f} | {r['measured_ms']:+.2f} | "
-              f"{r['simulated_ms']:+.2f} ({r['window_ms']:+.2f}) | {mark(r['error'], r['bound'])} | "
-              f"{r['unprofiled_ms']:+.2f} | {mark(r['error_unprofiled'], r['bound'])} | ±{r['bound'] * 100:.0f} % |")
+        after = r["measured_after_ms"]
+        vs = f"{r['simulated_after_ms']:.2f} vs {after:.2f} ({(r['simulated_after_ms'] / after - 1) * 100:+.1f} %)"
+        print(f"| {r['kind']} | {r['case']} | {r['traced_step_ms']:.2f} / {r['measured_before_ms']:.2f} | "
+              f"{r['measured_ms']:+.2f} | {r['simulated_ms']:+.2f} ({r['window_ms']:+.2f}) | "
+              f"{mark(r['error'], r['bound'])} | {r['unprofiled_ms']:+.2f} | "
+              f"{mark(r['error_unprofiled'], r['bound'])} | ±{r['bound'] * 100:.0f} % | {vs} |")
     return 0
 
 

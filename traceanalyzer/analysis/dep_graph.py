@@ -58,6 +58,9 @@ WAIT_LATE_NS = 2_000  # an op starting this much later than its stream and launc
 #: a launch holds its kernel back by the least traced launch latency, at most this (a host always far ahead shows
 #: no latency below its lead; CUDA's launch latency, host call to kernel start on an idle GPU, is a few µs)
 LAUNCH_LATENCY_MAX_NS = 10_000
+#: the least gap between two kernels of a stream, at most this: the node gap of CUDA-graph replays measured on
+#: H200 (0.4 µs; 2.3 µs before an NCCL kernel, docs/METHOD_WHAT_IF.md); a launch-bound trace's gaps hide it
+STREAM_LATENCY_MAX_NS = 1_000
 BLOCKED_NS = 50_000  # a host call this long that returns right after a GPU op ended waited for it ...
 RETURN_NEAR_NS = 20_000  # ... returning at most this long after that op's end
 WAIT_NEAR_NS = 1_000_000  # ... on an op of another stream that ended at most this long before it started
@@ -258,7 +261,7 @@ def build_graph(traces: Sequence[Trace], devices: Sequence[DeviceSummary],
         same = stream[order][1:] == stream[order][:-1]
         a, b = order[:-1][same], order[1:][same]
         gap = start[b] - end[a]
-        g0 = max(_percentile(gap[gap >= 0], 0), 0)
+        g0 = min(max(_percentile(gap[gap >= 0], 0), 0), STREAM_LATENCY_MAX_NS)
         latency[(dev.rank, dev.device)] = g0
         parts.nodes["gap"][-1] = np.full(n, g0, np.int64)
         overlap = gap < 0
