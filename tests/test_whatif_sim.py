@@ -145,3 +145,14 @@ def test_every_multi_rank_trace_replays_unchanged_and_its_paths_add_up(tmp_path:
         assert [p.step_ns for p in w.paths] == [traced[k] for k in sorted(traced)], run
         checked += 1
     assert checked >= (28 if (ROOT.parent / "shared" / "data").is_dir() else 17)
+
+
+def test_export_writes_each_step_path_adding_up_to_the_step(tmp_path: Path) -> None:
+    import sqlite3
+
+    result = ta.export(str(FIX / "kineto" / "tp2_prefill_serial"), tmp_path / "a.db")
+    assert result.rows["critical_path"] > 0
+    with sqlite3.connect(tmp_path / "a.db") as db:
+        sums = dict(db.execute("SELECT step_ordinal, sum(duration_ns) FROM critical_path GROUP BY 1").fetchall())
+    traced = {s.ordinal: s.traced_ns for s in ta.whatif(str(FIX / "kineto" / "tp2_prefill_serial")).steps}
+    assert sums == traced

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from .loaders import ProgressFn
     from .stages import DeviceKey
 
-TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
+TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings",
+          "critical_path")
 _WHERE = ["trace_id", "rank", "device"]
 _INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
 
@@ -224,6 +225,7 @@ def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
         rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
         rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
     rows["findings"] = _insert_findings(db, summary, run_id, trace_ids)
+    rows["critical_path"] = _insert_critical_path(db, summary, run_id, trace_ids)
     _populate_fts(db, list(trace_ids.values()))
     return ExportResult(path=target, run_id=run_id, trace_ids=list(trace_ids.values()), rows=rows, summary=summary)
 
@@ -251,6 +253,9 @@ _SCHEMA: dict[str, dict[str, type]] = {
     "collectives": {"trace_id": int, "rank": int, "device": int, "start_ns": int, "end_ns": int,
                     "duration_ns": int, "name": str, "raw_name": str, "kind": str, "bytes": int,
                     "transfer_ns": int, "wait_ns": int, "algbw_gbps": float, "busbw_gbps": float},
+    "critical_path": {"run_id": int, "trace_id": int, "step_ordinal": int, "step": int, "step_rank": int,
+                      "rank": int, "start_ns": int, "end_ns": int, "duration_ns": int, "category": str,
+                      "bucket": str, "edge": str},
     "findings": {"run_id": int, "trace_id": int, "id": str, "title": str, "impact_ns_per_step": int,
                  "impact_pct_of_step": float, "severity": str, "recommendation": str, "rank": int, "device": int,
                  "evidence": str},
@@ -265,7 +270,8 @@ def _create_schema(db: sqlite_utils.Database) -> None:
     for name in TABLES[2:]:
         if name in db.table_names():
             continue
-        keys = [("trace_id", "traces", "id")] + ([("run_id", "runs", "id")] if name == "findings" else [])
+        keys = [("trace_id", "traces", "id")] + ([("run_id", "runs", "id")] if name in ("findings", "critical_path")
+                                                 else [])
         _t(db, name).create(_SCHEMA[name], foreign_keys=keys)
         if name in _INDEXED:
             _t(db, name).create_index([*_WHERE, "start_ns"], index_name=f"idx_{name}_where_start")
@@ -438,4 +444,31 @@ def _insert_findings(db: sqlite_utils.Database, summary: Summary, run_id: int, t
                         "evidence": json.dumps(f.evidence, allow_nan=False, default=_json_default)})
     if records:
         _t(db, "findings").insert_all(records)
+    return len(records)
+
+
+def _insert_critical_path(db: sqlite_utils.Database, summary: Summary, run_id: int, trace_ids: dict[str, int]) -> int:
+    """The critical path of each step of the summary's first run, one row per stretch (docs/METHOD_WHATIF_SIM.md);
+    none where the devices carry no activity (a Dask summary) or no step has GPU work."""
+    from .analysis.dep_graph import build_graph
+    from .analysis.runs import group_runs
+    from .analysis.whatif_sim import simulate
+
+    devices = [d for d in summary.devices if d.activity is not None]
+    traces = list({id(d.activity.trace): d.activity.trace for d in devices}.values())
+    if not devices:
+        return 0
+    runs = group_runs([t.header() for t in traces], devices)
+    primary = set(runs[0].paths) if runs else {d.trace for d in devices}
+    devices = [d for d in devices if d.trace in primary]
+    graph = build_graph([t for t in traces if t.path in primary], devices, summary.cross_rank)
+    if not graph.steps:
+        return 0
+    trace_of = {d.rank: d.trace for d in devices}
+    records = [{"run_id": run_id, "trace_id": trace_ids.get(trace_of.get(seg.rank, ""), None),
+                "step_ordinal": p.ordinal, "step": p.step, "step_rank": p.rank, "rank": seg.rank,
+                "start_ns": seg.start_ns, "end_ns": seg.end_ns, "duration_ns": seg.end_ns - seg.start_ns,
+                "category": seg.category, "bucket": seg.bucket, "edge": seg.edge}
+               for p in simulate(graph, []).paths for seg in p.segments]
+    _t(db, "critical_path").insert_all(records)
     return len(records)
