@@ -465,7 +465,7 @@ def _insert_critical_path(db: sqlite_utils.Database, summary: Summary, run_id: i
     if not graph.steps:
         return 0
     trace_of = {d.rank: d.trace for d in devices}
-    records = [{"run_id": run_id, "trace_id": trace_ids.get(trace_of.get(seg.rank, ""), None),
+    records = [{"run_id": run_id, "trace_id": trace_ids.get(trace_of.get(seg.rank, "")),
                 "step_ordinal": p.ordinal, "step": p.step, "step_rank": p.rank, "rank": seg.rank,
                 "start_ns": seg.start_ns, "end_ns": seg.end_ns, "duration_ns": seg.end_ns - seg.start_ns,
                 "category": seg.category, "bucket": seg.bucket, "edge": seg.edge}
