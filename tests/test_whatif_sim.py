@@ -156,3 +156,16 @@ def test_export_writes_each_step_path_adding_up_to_the_step(tmp_path: Path) -> N
         sums = dict(db.execute("SELECT step_ordinal, sum(duration_ns) FROM critical_path GROUP BY 1").fetchall())
     traced = {s.ordinal: s.traced_ns for s in ta.whatif(str(FIX / "kineto" / "tp2_prefill_serial")).steps}
     assert sums == traced
+
+
+def test_nsys_recorded_waits_become_event_edges_and_replace_inferred_ones() -> None:
+    """fixtures/nsys/tp2_prefill_serial.sqlite: 317 stream-wait syncs (CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, syncType
+    2), 170 of them joined to their CUDA event record on (eventId, eventSyncId, globalPid, contextId), all between
+    two different streams (sqlite3, see docs/METHOD_WHATIF_SIM.md). Pairs of ops they join are edges once; a device
+    whose waits are recorded gets no inferred ones."""
+    trace = ta.load(FIX / "nsys" / "tp2_prefill_serial.sqlite")
+    waits = trace.tables["stream_waits"]
+    assert len(waits) == 170
+    assert bool((waits["wait_stream"] != waits["record_stream"]).all())
+    edges = ta.whatif(str(FIX / "nsys" / "tp2_prefill_serial.sqlite")).graph["edges_by_type"]
+    assert 0 < edges["event"] <= 170 and edges["wait"] == 0

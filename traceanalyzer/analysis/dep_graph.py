@@ -31,7 +31,7 @@ METHOD_WHATIF_SIM.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +45,9 @@ from .host_issue import issue_ranges, thread_key
 from .profiler_cost import ns_per_event
 from .results import CrossRankSummary, DeviceSummary, rank_column
 from .what_if import kernel_contention_ns
+
+#: ``(thread, lo, hi) -> per-interval measure`` (ns covered, or events counted), one host thread per interval
+IntervalMeasure = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 OP, HOST, INSTANCE = 0, 1, 2
 STREAM, LAUNCH, HOSTGAP, SYNC, WAIT, ARRIVAL, TRANSFER, EVENT = range(8)
@@ -135,6 +138,7 @@ class _Parts:
 
     nodes: dict[str, list[np.ndarray]] = field(default_factory=dict)
     edges: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    floors: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # (nodes, least duration) set later
     count: int = 0
 
     def add_nodes(self, **cols: np.ndarray) -> np.ndarray:
@@ -378,7 +382,7 @@ def _host_nodes(trace: Trace, items: list[tuple[DeviceActivity, np.ndarray, np.n
     parts.add_edges(srcs, s_ids, SYNC, he[sync_pos][hit] - node_end[srcs], src_end=True, dst_end=True)
 
 
-def _issue_cover(trace: Trace, pids: np.ndarray, offset: int):  # type: ignore[no-untyped-def]
+def _issue_cover(trace: Trace, pids: np.ndarray, offset: int) -> IntervalMeasure:
     """A function ``(thread, lo, hi) -> ns`` of each interval's time inside the union of the collective calls'
     issuing ranges on its thread (``host_issue.issue_ranges``)."""
     s, e, th = issue_ranges(trace, pids)
@@ -402,7 +406,7 @@ def _issue_cover(trace: Trace, pids: np.ndarray, offset: int):  # type: ignore[n
     return covered
 
 
-def _profiled_events(trace: Trace, threads: np.ndarray, offset: int):  # type: ignore[no-untyped-def]
+def _profiled_events(trace: Trace, threads: np.ndarray, offset: int) -> IntervalMeasure:
     """A function ``(thread, lo, hi) -> count`` of the host events a profiler recorded on the thread starting in
     ``[lo, hi)``: Kineto ``cpu_op`` ranges and CUDA API calls, as ``what_if_range.host_event_counts`` counts them
     (an nsys export read for a summary: the API calls it kept)."""
@@ -550,7 +554,7 @@ def _collective_edges(parts: _Parts, cross: CrossRankSummary | None,
         ok = t >= 0
         skew += int((~ok).sum())
         parts.add_edges(inst[ok], m[ok], TRANSFER, t[ok], src_end=False, dst_end=True)
-        parts.nodes.setdefault("floor_override", []).append(np.stack([m, np.minimum(end[m] - start[m], transfer)]))
+        parts.floors.append((m, np.minimum(end[m] - start[m], transfer)))
     del offsets
     return skew
 
@@ -560,8 +564,8 @@ def _finish(parts: _Parts, launcher: np.ndarray, steps: list[StepWindow], latenc
     col = parts.column
     start, end = col("nodes", "start", np.int64), col("nodes", "end", np.int64)
     floor = col("nodes", "floor", np.int64).copy()
-    for pair in parts.nodes.get("floor_override", []):
-        floor[pair[0]] = pair[1]
+    for nodes, least in parts.floors:  # a collective kernel's least duration: at most the instance's transfer
+        floor[nodes] = least
     src, dst = col("edges", "src", np.int64), col("edges", "dst", np.int64)
     src_end, dst_end = col("edges", "src_end", bool), col("edges", "dst_end", bool)
     delay = col("edges", "delay_ns", np.int64)
