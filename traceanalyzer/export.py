@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,17 +215,19 @@ def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
         })
     rows = {name: 0 for name in TABLES}
     rows["runs"], rows["traces"] = 1, len(trace_ids)
+    with_activity: list[DeviceSummary] = []  # each device with the activity its rows were read from
     for dev in summary.devices:
         tid = trace_ids[dev.trace]
         rows["devices"] += _insert_frame(db, "devices", pd.DataFrame([_device_row(dev)]), tid)
         act, layers = rows_of(dev)
+        with_activity.append(dev if dev.activity is act else replace(dev, activity=act))
         rows["kernels"] += _insert_kernels(db, dev, act, layers, tid)
         rows["memops"] += _insert_memops(db, dev, act, layers, tid)
         rows["steps"] += _insert_frame(db, "steps", _with_device(dev.per_step, dev), tid)
         rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
         rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
     rows["findings"] = _insert_findings(db, summary, run_id, trace_ids)
-    rows["critical_path"] = _insert_critical_path(db, summary, run_id, trace_ids)
+    rows["critical_path"] = _insert_critical_path(db, summary, with_activity, run_id, trace_ids)
     _populate_fts(db, list(trace_ids.values()))
     return ExportResult(path=target, run_id=run_id, trace_ids=list(trace_ids.values()), rows=rows, summary=summary)
 
@@ -447,14 +449,15 @@ def _insert_findings(db: sqlite_utils.Database, summary: Summary, run_id: int, t
     return len(records)
 
 
-def _insert_critical_path(db: sqlite_utils.Database, summary: Summary, run_id: int, trace_ids: dict[str, int]) -> int:
-    """The critical path of each step of the summary's first run, one row per stretch (docs/METHOD_WHATIF_SIM.md);
-    none where the devices carry no activity (a Dask summary) or no step has GPU work."""
+def _insert_critical_path(db: sqlite_utils.Database, summary: Summary, devices: list[DeviceSummary], run_id: int,
+                          trace_ids: dict[str, int]) -> int:
+    """The critical path of each step of the summary's first run, one row per stretch (docs/METHOD_WHATIF_SIM.md),
+    from ``devices`` with the activity the kernel rows were read from; none where no step has GPU work."""
     from .analysis.dep_graph import build_graph
     from .analysis.runs import group_runs
     from .analysis.whatif_sim import simulate
 
-    devices = [d for d in summary.devices if d.activity is not None]
+    devices = [d for d in devices if d.activity is not None]
     traces = list({id(d.activity.trace): d.activity.trace for d in devices}.values())
     if not devices:
         return 0
