@@ -169,3 +169,21 @@ def test_nsys_recorded_waits_become_event_edges_and_replace_inferred_ones() -> N
     assert bool((waits["wait_stream"] != waits["record_stream"]).all())
     edges = ta.whatif(str(FIX / "nsys" / "tp2_prefill_serial.sqlite")).graph["edges_by_type"]
     assert 0 < edges["event"] <= 170 and edges["wait"] == 0
+
+
+def test_kineto_cuda_sync_stream_waits_become_event_edges(shared_data: Path) -> None:
+    """HTA's cuda_event_sync_multi_stream trace (recorded with cuda sync events): counted in the raw JSON, its
+    cuda_sync events that are stream waits naming their event record; each joins the last kernel submitted to the
+    recording stream before the record to the first one submitted to the waiting stream after the wait."""
+    path = shared_data / "hta" / "tests" / "data" / "critical_path" / "cuda_event_sync_multi_stream" / \
+        "event_sync_trace.json.gz"
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    raw = [e for e in events if e.get("cat") == "cuda_sync" and e["args"].get("cuda_sync_kind") == "Stream Wait Event"
+           and e["args"].get("wait_on_cuda_event_record_corr_id", -1) >= 0]
+    assert len(raw) == 1
+    waits = ta.load(path).tables["stream_waits"]
+    assert len(waits) == 1 and int(waits["wait_stream"][0]) == raw[0]["args"]["stream"]
+    assert int(waits["record_stream"][0]) == raw[0]["args"]["wait_on_stream"]
+    edges = ta.whatif(str(path)).graph["edges_by_type"]
+    assert edges["event"] == 1 and edges["wait"] == 0

@@ -107,7 +107,8 @@ TABLES: dict[str, list[Column]] = {
         _c("graph_id", "int64", "", "graph id"),
     ],
     "stream_waits": [
-        _c("start_ns", "int64", "ns", "when the GPU-side wait was recorded (nsys SYNCHRONIZATION start)"),
+        _c("start_ns", "int64", "ns", "when the GPU-side wait was recorded (nsys SYNCHRONIZATION start; Kineto "
+           "cuda_sync 'Stream Wait Event' ts)"),
         *_WHO,
         _c("device", "int32", "", "GPU index"),
         _c("wait_stream", "int64", "", "the stream made to wait (cudaStreamWaitEvent's stream)"),
