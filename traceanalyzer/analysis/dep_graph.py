@@ -19,9 +19,10 @@ METHOD_WHATIF_SIM.md):
 * ``SYNC``: a GPU operation's end → the end of a host call that returned only after it: a ``cuda*Synchronize`` call,
   the call that launched it (a blocking copy), or a call held up ``BLOCKED_NS`` or more that returned right after
   a GPU operation of its thread ended (a launch waiting for room in the launch queue).
-* ``EVENT``: a recorded cross-stream wait (nsys ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` stream-wait rows joined to
-  the ``CUPTI_ACTIVITY_KIND_CUDA_EVENT`` record they wait on, ``stream_waits``): the last operation submitted to the
-  recording stream before the record → the first one submitted to the waiting stream after the wait.
+* ``EVENT``: a recorded cross-stream wait (the trace's ``stream_waits``: nsys ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION``
+  stream-wait rows joined to the ``CUPTI_ACTIVITY_KIND_CUDA_EVENT`` record they wait on; Kineto ``cuda_sync``
+  "Stream Wait Event" events naming their record): the last operation submitted to the recording stream before the
+  record → the first one submitted to the waiting stream after the wait.
 * ``WAIT``: where the trace records no waits (Kineto without ``cuda_sync`` events, nsys without CUDA event
   tracing): an operation on another stream of the device → this one, where the operation starts later than both
   its stream predecessor and its launch allow and another stream's operation ended just before (inferred).
@@ -443,7 +444,7 @@ def _profiled_events(trace: Trace, threads: np.ndarray, offset: int) -> Interval
 
 def _event_edges(parts: _Parts, waits: Table, dev: DeviceSummary, act: DeviceActivity, ids: np.ndarray,
                  start: np.ndarray, end: np.ndarray, stream: np.ndarray, g0: int) -> None:
-    """Recorded cross-stream waits (nsys): the last op submitted to the recording stream before the event record →
+    """Recorded cross-stream waits (``stream_waits``): the last op submitted to the recording stream before the event record →
     the first op submitted to the waiting stream after the wait (ops ordered by their launch's correlation id)."""
     # by process, not by the row's device: the exports seen give every wait the first GPU's deviceId (tp2 runs:
     # rank 1's waits name device 0); a process's stream ids are its own

@@ -44,6 +44,7 @@ from .replay import (
 )
 
 COMM_BUCKET = "communication"
+WHATIF_SCHEMA_VERSION = 1  # of WhatIfResult.to_json(): fields may be added, never renamed or dropped
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ _ASSUMPTIONS = {
     "unprofiled": "the profiler slows the host by a fixed time per recorded host event (Kineto 3.5 µs per CPU op or "
                   "CUDA call, nsys 6.66 µs per CUDA call: the medians measured, analysis/profiler_cost.py); that time "
                   "goes from every host gap, in the baseline and with the changes",
-    "always": "dependencies as traced (stream order, launches, host order, syncs, inferred cross-stream waits, "
-              "collectives); unexplained delays (slack) stay with their node; profiler overhead in the trace stays "
+    "always": "dependencies as traced (stream order, launches, host order, syncs, recorded or inferred "
+              "cross-stream waits, collectives); unexplained delays (slack) stay with their node; profiler overhead in the trace stays "
               "unless a change removes the host work it slowed",
 }
 
@@ -158,7 +159,7 @@ class WhatIfResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "changes": self.changes, "assumptions": self.assumptions,
+            "schema_version": WHATIF_SCHEMA_VERSION, "changes": self.changes, "assumptions": self.assumptions,
             "traced_step_ns": self.traced_step_ns, "baseline_step_ns": self.baseline_step_ns,
             "simulated_step_ns": self.simulated_step_ns,
             "change_ns": self.change_ns, "change_period_ns": self.change_period_ns,
