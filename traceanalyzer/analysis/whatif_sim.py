@@ -87,8 +87,8 @@ _ASSUMPTIONS = {
                   "CUDA call, nsys 6.66 µs per CUDA call: the medians measured, analysis/profiler_cost.py); that time "
                   "goes from every host gap, in the baseline and with the changes",
     "always": "dependencies as traced (stream order, launches, host order, syncs, recorded or inferred "
-              "cross-stream waits, collectives); unexplained delays (slack) stay with their node; profiler overhead in the trace stays "
-              "unless a change removes the host work it slowed",
+              "cross-stream waits, collectives); unexplained delays (slack) stay with their node; profiler "
+              "overhead in the trace stays unless a change removes the host work it slowed",
 }
 
 
