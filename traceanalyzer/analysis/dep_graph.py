@@ -445,8 +445,8 @@ def _profiled_events(trace: Trace, threads: np.ndarray, offset: int) -> Interval
 def _event_edges(parts: _Parts, waits: Table, dev: DeviceSummary, act: DeviceActivity, ids: np.ndarray,
                  start: np.ndarray, end: np.ndarray, stream: np.ndarray, g0: int) -> None:
     """Recorded cross-stream waits (``stream_waits``): the last op submitted to the recording stream before the event
-    record →
-    the first op submitted to the waiting stream after the wait (ops ordered by their launch's correlation id)."""
+    record → the first op submitted to the waiting stream after the wait (ops ordered by their launch's correlation
+    id)."""
     # by process, not by the row's device: the exports seen give every wait the first GPU's deviceId (tp2 runs:
     # rank 1's waits name device 0); a process's stream ids are its own
     mine = np.isin(waits["pid"], act.pids)
