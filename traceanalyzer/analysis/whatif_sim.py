@@ -80,7 +80,7 @@ _ASSUMPTIONS = {
               "back to back at the device's least traced stream latency; the profiler's own host cost goes with the "
               "launches it slowed",
     "rank_like_median": "the rank's kernels take the other ranks' median duration per kernel name where shorter, its "
-                        "host gaps their median gap where shorter",
+                        "host gaps the other ranks' median gap at the same place of the step where shorter",
     "fuse": "the run of matching kernels becomes one kernel as long as its longest member (or factor × its total), "
             "launched by one call; the host work between the fused launches goes",
     "unprofiled": "the profiler slows the host by a fixed time per recorded host event (Kineto 3.5 µs per CPU op or "
@@ -254,7 +254,7 @@ def apply_changes(g: DepGraph, changes: list[Change], ops_of: list[np.ndarray] |
             inp.delay_ns[hg] -= np.minimum(g.profiler_edge_ns[hg], inp.delay_ns[hg])
             notes.append(_ASSUMPTIONS["unprofiled"])
         elif c.kind == "rank_like_median":
-            _like_median(g, inp, int(c.factor or 0))
+            _like_median(g, inp, int(c.factor or 0), step)
             notes.append(_ASSUMPTIONS["rank_like_median"])
         elif c.kind == "fuse":
             _fuse(g, inp, c.target, c.factor)
@@ -325,7 +325,7 @@ def _graphs(g: DepGraph, inp: Inputs, step: np.ndarray) -> None:
     inp.delay_ns[stream] = np.minimum(inp.delay_ns[stream], g.stream_gap_ns[g.dst[stream]])
 
 
-def _like_median(g: DepGraph, inp: Inputs, rank: int) -> None:
+def _like_median(g: DepGraph, inp: Inputs, rank: int, step: np.ndarray) -> None:
     ops = (g.kind == OP) & ~g.is_comm
     mine = ops & (g.rank == rank)
     others = ops & (g.rank != rank) & (g.rank >= 0)
@@ -343,13 +343,32 @@ def _like_median(g: DepGraph, inp: Inputs, rank: int) -> None:
     sel = np.flatnonzero(mine)
     inp.duration_ns[sel] = np.rint(inp.duration_ns[sel] * ratio[inv[sel]]).astype(np.int64)
     inp.floor_ns[sel] = np.minimum(inp.floor_ns[sel], inp.duration_ns[sel])
-    hg = g.etype == HOSTGAP
-    r_dst = g.rank[g.dst]
-    mine_gap, other_gap = hg & (r_dst == rank), hg & (r_dst != rank)
-    if mine_gap.any() and other_gap.any():
-        med_o, med_m = float(np.median(g.delay_ns[other_gap])), float(np.median(g.delay_ns[mine_gap]))
-        if med_m > 0 and med_o < med_m:
-            inp.delay_ns[mine_gap] = np.rint(inp.delay_ns[mine_gap] * med_o / med_m).astype(np.int64)
+    _gaps_like_median(g, inp, rank, step)
+
+
+def _gaps_like_median(g: DepGraph, inp: Inputs, rank: int, step: np.ndarray) -> None:
+    """Rank ``rank``'s host gaps as the other ranks' median gap at the same place of the same step (ranks run the
+    same program: their host calls line up one for one), where shorter; a step whose gap counts differ between ranks
+    takes the other ranks' median gap over the step, where shorter."""
+    hg = np.flatnonzero((g.etype == HOSTGAP) & (step[g.dst] >= 0))
+    if not len(hg):
+        return
+    ordinal = np.array([w.ordinal for w in g.steps], dtype=np.int64)[step[g.dst[hg]]]
+    r_dst = g.rank[g.dst[hg]]
+    def gaps(k: int, r: int) -> np.ndarray:
+        e = hg[(ordinal == k) & (r_dst == r)]
+        return e[np.argsort(g.start_ns[g.dst[e]], kind="stable")]
+
+    for k in np.unique(ordinal[r_dst == rank]).tolist():
+        mine = gaps(k, rank)
+        others = [gaps(k, int(r)) for r in np.unique(r_dst[(ordinal == k) & (r_dst != rank)]).tolist()]
+        if not others or not len(mine):
+            continue
+        if all(len(o) == len(mine) for o in others):
+            median = np.median(np.stack([g.delay_ns[o] for o in others]), axis=0)
+        else:
+            median = np.full(len(mine), float(np.median(np.concatenate([g.delay_ns[o] for o in others]))))
+        inp.delay_ns[mine] = np.minimum(inp.delay_ns[mine], np.rint(median).astype(np.int64))
 
 
 def _fuse(g: DepGraph, inp: Inputs, pattern: str, factor: float | None) -> None:
