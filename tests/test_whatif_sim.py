@@ -187,3 +187,23 @@ def test_kineto_cuda_sync_stream_waits_become_event_edges(shared_data: Path) -> 
     assert int(waits["record_stream"][0]) == raw[0]["args"]["wait_on_stream"]
     edges = ta.whatif(str(path)).graph["edges_by_type"]
     assert edges["event"] == 1 and edges["wait"] == 0
+
+
+def test_rank_like_median_takes_the_other_ranks_host_gap_at_the_same_place() -> None:
+    """Two launch-bound kernels per rank (µs): rank 1's host waits 490 µs between its two launches, rank 0's 190 µs:
+    rank 1's step (15 → 600 µs) sets the run's; with rank 1's gap as rank 0's, its second launch is at 200 µs and its
+    kernel starts 15 µs later, as traced: 15 → 300 µs, the run's step 285 µs (rank 0's too)."""
+    us = 1_000
+    traces = []
+    for rank, second in ((0, 200), (1, 500)):
+        kernels = [(15 * us, 100 * us, 0, 7, "gemm_a", "gemm", None, 1),
+                   ((second + 15) * us, (second + 100) * us, 0, 7, "gemm_b", "gemm", None, 2)]
+        api = [(0, 10 * us, 1), (second * us, (second + 10) * us, 2)]
+        traces.append(replace(make_trace(kernels, api_calls=api, rank=rank, path=f"rank{rank}.json"),
+                              base_time_ns=0, world_size=2))
+    w = ta.whatif(traces, rank_like_median=1)
+    assert [s.traced_ns for s in w.steps] == [585 * us] and w.change_ns == -300 * us
+    # the path: the host gap from the step's start (its first kernel, 15 µs) to the second launch (500), the launch
+    # (15), the second kernel (85)
+    assert {k: v // us for k, v in w.paths[0].by_category.items() if v} == {"host_gap": 485, "launch": 15,
+                                                                           "compute": 85}
