@@ -207,3 +207,29 @@ def test_rank_like_median_takes_the_other_ranks_host_gap_at_the_same_place() -> 
     # (15), the second kernel (85)
     assert {k: v // us for k, v in w.paths[0].by_category.items() if v} == {"host_gap": 485, "launch": 15,
                                                                            "compute": 85}
+
+
+def test_graphs_launch_the_segment_at_once_and_run_kernels_back_to_back() -> None:
+    """Three 10 µs kernels launched 105 µs apart (launch-bound: each starts 15 µs after its launch), a device sync
+    after the last. With CUDA graphs the step's launches happen with the first: the kernels follow each other at
+    the stream latency's cap (1 µs): 15 → 25, 26 → 36, 37 → 47 µs; the step 32 µs instead of 220."""
+    us = 1_000
+    kernels = [((15 + 105 * i) * us, (25 + 105 * i) * us, 0, 7, f"k{i}", "gemm", None, i + 1) for i in range(3)]
+    api = [(105 * i * us, (105 * i + 5) * us, i + 1) for i in range(3)] + [(220 * us, 240 * us, 9,
+                                                                           "cudaDeviceSynchronize")]
+    trace = replace(make_trace(kernels, api_calls=api), base_time_ns=0)
+    w = ta.whatif([trace], graphs=True)
+    assert [s.traced_ns for s in w.steps] == [220 * us] and w.change_ns == -188 * us
+
+
+def test_fuse_makes_a_run_of_matching_kernels_one_as_long_as_its_longest() -> None:
+    """norm_a (20 µs) and norm_b (30 µs) back to back (1 µs apart) before a 100 µs GEMM, all launched far ahead:
+    fused, the pair is one 30 µs kernel and the GEMM follows it 1 µs later: 100 → 231 µs instead of 100 → 252."""
+    us = 1_000
+    kernels = [(100 * us, 120 * us, 0, 7, "norm_a", "other", None, 1), (121 * us, 151 * us, 0, 7, "norm_b", "other",
+                                                                      None, 2),
+               (152 * us, 252 * us, 0, 7, "gemm", "gemm", None, 3)]
+    api = [(i * us, i * us + 500, i + 1) for i in range(3)]
+    trace = replace(make_trace(kernels, api_calls=api), base_time_ns=0)
+    w = ta.whatif([trace], fuse=["^norm_"])
+    assert [s.traced_ns for s in w.steps] == [152 * us] and w.change_ns == -21 * us
