@@ -28,17 +28,26 @@ FIX = ROOT / "fixtures"
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
 
-def _two_ranks() -> list[ta.Trace]:
+def _two_ranks(collective_bytes: int | None = None) -> list[ta.Trace]:
     """gemm_a → all-reduce → gemm_b on one stream per rank; rank 1's gemm_a is 50 ns longer, so rank 0's
-    all-reduce waits for it: arrival 450, transfer 150 (rank 1's duration), both end at 600, steps end at 1000."""
+    all-reduce waits for it: arrival 450, transfer 150 (rank 1's duration), both end at 600, steps end at 1000.
+    With ``collective_bytes``, the all-reduce's host op (External id 7) says its size."""
     traces = []
     for rank, a_end in ((0, 400), (1, 450)):
         kernels = [(0, a_end, 0, 7, "gemm_a", "gemm", None, 1), (a_end, 600, 0, 7, NCCL, "communication",
-                                                                "all_reduce", 2),
+                                                                "all_reduce", 2, 7),
                    (600, 1_000, 0, 7, "gemm_b", "gemm", None, 3)]
-        t = make_trace(kernels, rank=rank, path=f"rank{rank}.json")
+        sizes = [(7, "allreduce", collective_bytes, 0, 2)] if collective_bytes is not None else []
+        t = make_trace(kernels, rank=rank, path=f"rank{rank}.json", collectives=sizes)
         traces.append(replace(t, base_time_ns=0, world_size=2))
     return traces
+
+
+def test_comm_at_a_bandwidth_takes_bytes_times_the_bus_factor_over_it() -> None:
+    """1 MB all-reduced by two ranks (bus factor 2(n−1)/n = 1) at 100 GB/s: 10 µs after the last arrival (450 ns)
+    instead of 150 ns: the all-reduce ends at 10,450, gemm_b at 10,850 ns: +9,850 ns."""
+    w = ta.whatif(_two_ranks(collective_bytes=1_000_000), comm="100GB/s")
+    assert w.change_ns == 9_850 and w.changes == ["communication at 100 GB/s"]
 
 
 def test_hand_computed_critical_path_crosses_to_the_rank_that_arrives_last() -> None:
