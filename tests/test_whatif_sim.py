@@ -242,3 +242,17 @@ def test_fuse_makes_a_run_of_matching_kernels_one_as_long_as_its_longest() -> No
     trace = replace(make_trace(kernels, api_calls=api), base_time_ns=0)
     w = ta.whatif([trace], fuse=["^norm_"])
     assert [s.traced_ns for s in w.steps] == [152 * us] and w.change_ns == -21 * us
+
+
+def test_html_is_one_offline_file_with_trace_strings_escaped(tmp_path: Path) -> None:
+    from traceanalyzer.render.whatif import whatif_html
+
+    traces = _two_ranks()
+    traces[0] = replace(traces[0], tables=dict(traces[0].tables))
+    w = ta.whatif(traces)
+    w.paths[0].segments[0].bucket = "<script>alert(1)</script>"  # a hostile string where a trace string goes
+    page = whatif_html(w)
+    assert "<script" not in page and "&lt;script&gt;" in page and "http" not in page
+    assert page.count("<rect") == len(w.paths[len(w.paths) // 2].segments)
+    out = tmp_path / "w.html"
+    assert main(["whatif", str(FIX / "kineto" / "tp2_prefill_serial"), "--html", str(out)]) == 0 and out.is_file()
