@@ -17,7 +17,7 @@ def test_cli_reference_is_current() -> None:
 def test_every_command_has_a_section() -> None:
     text = DOC.read_text(encoding="utf-8")
     names = command_names()
-    assert set(names) == {"info", "classify", "summary", "report", "export", "diff"}
+    assert set(names) == {"info", "classify", "summary", "report", "export", "diff", "whatif"}
     for name in names:
         assert f"\n## traceanalyzer {name}\n" in text
         assert f"Usage: traceanalyzer {name} [OPTIONS]" in text

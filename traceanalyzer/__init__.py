@@ -111,6 +111,23 @@ def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], outp
                    layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window, format=format)
 
 
+def whatif(traces_or_paths: PathLike | Trace | Sequence[PathLike | Trace], *, scale: Sequence[str] = (),
+           comm: str | None = None, graphs: bool = False, rank_like_median: int | None = None,
+           fuse: Sequence[str] = (), unprofiled: bool = False, **options: Any) -> Any:
+    """Replay the run's dependency graph with changes and recompute its steps (``WhatIfResult``; method in
+    docs/METHOD_WHATIF_SIM.md): ``scale=["attention=0.5"]`` (a bucket or kernel-name regex), ``comm="free"`` or
+    ``"100GB/s"``, ``graphs=True`` (CUDA graphs: launch gaps removed), ``rank_like_median=R``, ``fuse=["REGEX"]``;
+    ``unprofiled=True`` measures the changes against the run without the profiler's own host cost.
+    With no change: the critical path of every step and the no-change replay. ``options`` as :func:`summary`'s.
+
+    >>> w = ta.whatif("ranks/", comm="free"); w.change_ns, w.assumptions   # doctest: +SKIP
+    """
+    from .pipeline import whatif as _whatif
+
+    return _whatif(traces_or_paths, scale=scale, comm=comm, graphs=graphs, rank_like_median=rank_like_median,
+                   fuse=fuse, unprofiled=unprofiled, **options)
+
+
 def classify_names(names: list[str], rules: PathLike | None = None) -> list[Any]:
     """Classify kernel names into buckets (see ``traceanalyzer.classify.classify_names``)."""
     from .classify import classify_names as _classify_names
@@ -152,4 +169,5 @@ __all__ = [
     "load_many",
     "report",
     "summary",
+    "whatif",
 ]

@@ -231,6 +231,57 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
     print_summary(result)
 
 
+@cli.command(short_help="Critical path across ranks; what a change would buy, by replaying it.")
+@_TRACES
+@click.option("--scale", multiple=True, metavar="BUCKET=F|REGEX=F",
+              help="Kernels of a bucket (or whose name matches REGEX) take F × their time; repeatable.")
+@click.option("--comm", default=None, metavar="free|BW",
+              help="Communication free (no time, no rank waits, no host call time) or at a bus bandwidth "
+                   "(100GB/s).")
+@click.option("--graphs", is_flag=True, help="CUDA graphs: one launch per host segment, launch gaps removed.")
+@click.option("--rank-like-median", type=int, default=None, metavar="R",
+              help="Rank R's kernels and host gaps as long as the other ranks' medians (where shorter).")
+@click.option("--fuse", multiple=True, metavar="REGEX[=F]",
+              help="Runs of consecutive matching kernels on a stream become one kernel (its longest member, or F × "
+                   "the run's total); repeatable.")
+@click.option("--unprofiled", is_flag=True,
+              help="Take the profiler's own host cost (per recorded host event) out of the host gaps, in the baseline "
+                   "and with the changes: the changes' effect on the unprofiled run.")
+@click.option("--html", "html_out", type=click.Path(path_type=Path, allow_dash=True), default=None, metavar="FILE",
+              help="Also write the median step's critical path drawn over its timeline as one offline HTML file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the what-if JSON.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None, metavar="FILE",
+              help="With --json: write the JSON to FILE (atomically; '-' = stdout) instead of stdout.")
+@_RULES
+@_STEP_RANGE
+def whatif(traces: tuple[Path, ...], scale: tuple[str, ...], comm: str | None, graphs: bool,
+           rank_like_median: int | None, fuse: tuple[str, ...], unprofiled: bool, html_out: Path | None,
+           as_json: bool, output: Path | None, rules: Path | None, step_range: str | None) -> None:
+    """The critical path of each step across ranks (compute, transfer, wait, launch, host gap) and, with changes,
+    the steps replayed over the same dependencies (docs/METHOD_WHATIF_SIM.md).
+
+    TRACES: trace files or directories of rank traces (one run).
+    """
+    from .pipeline import whatif as whatif_fn
+
+    if output is not None and not as_json:
+        raise click.UsageError("-o/--output writes the JSON: add --json")
+    result = whatif_fn(list(traces), scale=scale, comm=comm, graphs=graphs, rank_like_median=rank_like_median,
+                       fuse=fuse, unprofiled=unprofiled, rules=rules, step_range=step_range)
+    if html_out is not None:
+        from .output import write_output
+        from .render.whatif import whatif_html
+
+        written = write_output(whatif_html(result), html_out, inputs=[*traces, *([rules] if rules else [])])
+        click.echo(f"HTML written: {written}", err=True)
+    if as_json:
+        _emit_json(result.to_json(), output, (*traces, rules))
+        return
+    from .render.whatif import whatif_lines
+
+    click.echo("\n".join(whatif_lines(result)))
+
+
 @cli.command(short_help="Terminal summary plus a self-contained HTML report.")
 @_TRACES
 @click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None,

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from .analysis.activity import DeviceActivity
+    from .analysis.device import DeviceKey
     from .analysis.layers import Layers
     from .analysis.results import DeviceSummary, Summary
     from .loaders import ProgressFn
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 FORMATS = ("sqlite", "perfetto")
 #: Output suffixes that mean a Perfetto trace when no format is given.
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".perfetto")
-TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
+TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings",
+          "critical_path")
 _WHERE = ["trace_id", "rank", "device"]
 _INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
 
@@ -259,6 +261,7 @@ def device_activities(summary: Summary) -> Callable[[DeviceSummary], DeviceActiv
 def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
            rows_of: Callable[[DeviceSummary], DeviceRows]) -> ExportResult:
     from ._version import __version__
+    from .analysis.device import device_key
 
     _create_schema(db)
     payload = summary.to_json()
@@ -283,16 +286,19 @@ def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
         })
     rows = {name: 0 for name in TABLES}
     rows["runs"], rows["traces"] = 1, len(trace_ids)
+    activities: dict[DeviceKey, DeviceActivity] = {}  # each device's activity, as its rows were read from
     for dev in summary.devices:
         tid = trace_ids[dev.trace]
         rows["devices"] += _insert_frame(db, "devices", pd.DataFrame([_device_row(dev)]), tid)
         act, layers = rows_of(dev)
+        activities[device_key(dev)] = act
         rows["kernels"] += _insert_kernels(db, dev, act, layers, tid)
         rows["memops"] += _insert_memops(db, dev, act, layers, tid)
         rows["steps"] += _insert_frame(db, "steps", _with_device(dev.per_step, dev), tid)
         rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
         rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
     rows["findings"] = _insert_findings(db, summary, run_id, trace_ids)
+    rows["critical_path"] = _insert_critical_path(db, summary, activities, run_id, trace_ids)
     _populate_fts(db, list(trace_ids.values()))
     return ExportResult(path=target, run_id=run_id, trace_ids=list(trace_ids.values()), rows=rows, summary=summary)
 
@@ -320,6 +326,9 @@ _SCHEMA: dict[str, dict[str, type]] = {
     "collectives": {"trace_id": int, "rank": int, "device": int, "start_ns": int, "end_ns": int,
                     "duration_ns": int, "name": str, "raw_name": str, "kind": str, "bytes": int,
                     "transfer_ns": int, "wait_ns": int, "algbw_gbps": float, "busbw_gbps": float},
+    "critical_path": {"run_id": int, "trace_id": int, "step_ordinal": int, "step": int, "step_rank": int,
+                      "rank": int, "start_ns": int, "end_ns": int, "duration_ns": int, "category": str,
+                      "bucket": str, "edge": str},
     "findings": {"run_id": int, "trace_id": int, "id": str, "title": str, "impact_ns_per_step": int,
                  "impact_pct_of_step": float, "severity": str, "recommendation": str, "rank": int, "device": int,
                  "evidence": str},
@@ -334,7 +343,8 @@ def _create_schema(db: sqlite_utils.Database) -> None:
     for name in TABLES[2:]:
         if name in db.table_names():
             continue
-        keys = [("trace_id", "traces", "id")] + ([("run_id", "runs", "id")] if name == "findings" else [])
+        keys = [("trace_id", "traces", "id")] + ([("run_id", "runs", "id")] if name in ("findings", "critical_path")
+                                                 else [])
         _t(db, name).create(_SCHEMA[name], foreign_keys=keys)
         if name in _INDEXED:
             _t(db, name).create_index([*_WHERE, "start_ns"], index_name=f"idx_{name}_where_start")
@@ -507,4 +517,33 @@ def _insert_findings(db: sqlite_utils.Database, summary: Summary, run_id: int, t
                         "evidence": json.dumps(f.evidence, allow_nan=False, default=_json_default)})
     if records:
         _t(db, "findings").insert_all(records)
+    return len(records)
+
+
+def _insert_critical_path(db: sqlite_utils.Database, summary: Summary, activities: dict[DeviceKey, DeviceActivity],
+                          run_id: int, trace_ids: dict[str, int]) -> int:
+    """The critical path of each step of the summary's first run, one row per stretch (docs/METHOD_WHATIF_SIM.md),
+    from the ``activities`` the kernel rows were read from; none where no step has GPU work."""
+    from .analysis.dep_graph import build_graph
+    from .analysis.device import device_key
+    from .analysis.runs import group_runs
+    from .analysis.whatif_sim import simulate
+
+    devices = [d for d in summary.devices if device_key(d) in activities]
+    traces = list({id(a.trace): a.trace for a in activities.values()}.values())
+    if not devices:
+        return 0
+    runs = group_runs([t.header() for t in traces], devices)
+    primary = set(runs[0].paths) if runs else {d.trace for d in devices}
+    devices = [d for d in devices if d.trace in primary]
+    graph = build_graph([t for t in traces if t.path in primary], devices, summary.cross_rank, activities)
+    if not graph.steps:
+        return 0
+    trace_of = {d.rank: d.trace for d in devices}
+    records = [{"run_id": run_id, "trace_id": trace_ids.get(trace_of.get(seg.rank, "")),
+                "step_ordinal": p.ordinal, "step": p.step, "step_rank": p.rank, "rank": seg.rank,
+                "start_ns": seg.start_ns, "end_ns": seg.end_ns, "duration_ns": seg.end_ns - seg.start_ns,
+                "category": seg.category, "bucket": seg.bucket, "edge": seg.edge}
+               for p in simulate(graph, []).paths for seg in p.segments]
+    _t(db, "critical_path").insert_all(records)
     return len(records)

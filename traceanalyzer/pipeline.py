@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .analysis.hta_compat import HtaCompatResult
     from .analysis.results import Summary
     from .analysis.summary import SummaryOptions
+    from .analysis.whatif_sim import WhatIfResult
 
 ENGINES = ("local", "dask")  # summary engines: this process (+ -j loader processes), a Dask cluster
 
@@ -208,3 +209,37 @@ def _prepare_summary() -> None:
     default_rules()
 
 
+
+
+def whatif(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, scale: Sequence[str] = (),
+           comm: str | None = None, graphs: bool = False, rank_like_median: int | None = None,
+           fuse: Sequence[str] = (), unprofiled: bool = False, **options: Any) -> WhatIfResult:
+    """``ta.whatif(...)``: the run's dependency graph replayed with the changes (none: the critical path and the
+    no-change replay); ``options`` as :func:`summary`'s. Bad change texts and a rank the run lacks are
+    :class:`BadInputError`. Method: docs/METHOD_WHATIF_SIM.md."""
+    from .analysis.dep_graph import build_graph
+    from .analysis.runs import group_runs
+    from .analysis.whatif_sim import parse_changes, simulate
+
+    first = traces_or_paths if isinstance(traces_or_paths, (str, Path, Trace)) else \
+        next(iter(traces_or_paths), None)
+    where = first.path if isinstance(first, Trace) else first
+    try:
+        changes = parse_changes(scale=tuple(scale), comm=comm, graphs=graphs, rank_like_median=rank_like_median,
+                                fuse=tuple(fuse), unprofiled=unprofiled)
+    except ValueError as exc:
+        raise BadInputError(None, str(exc)) from None
+    options.setdefault("findings", False)
+    run = summary_run(traces_or_paths, **options)
+    devices = run.summary.devices
+    runs = group_runs([t.header() for t in run.traces], devices)
+    primary = set(runs[0].paths) if runs else {d.trace for d in devices}
+    devices = [d for d in devices if d.trace in primary]
+    if rank_like_median is not None and rank_like_median not in {d.rank for d in devices}:
+        raise BadInputError(where, f"--rank-like-median {rank_like_median}: the run has ranks "
+                                   f"{sorted({d.rank for d in devices})}")
+    activities = {key: state.activity for key, state in run.summary.states.items()}
+    graph = build_graph([t for t in run.traces if t.path in primary], devices, run.summary.cross_rank, activities)
+    if not graph.steps:
+        raise BadInputError(where, "no step with GPU activity to replay")
+    return simulate(graph, changes)

@@ -106,6 +106,16 @@ TABLES: dict[str, list[Column]] = {
         _c("correlation", "int64", "", "correlation id of cudaGraphLaunch"),
         _c("graph_id", "int64", "", "graph id"),
     ],
+    "stream_waits": [
+        _c("start_ns", "int64", "ns", "when the GPU-side wait was recorded (nsys SYNCHRONIZATION start; Kineto "
+           "cuda_sync 'Stream Wait Event' ts)"),
+        *_WHO,
+        _c("device", "int32", "", "GPU index"),
+        _c("wait_stream", "int64", "", "the stream made to wait (cudaStreamWaitEvent's stream)"),
+        _c("wait_correlation", "int64", "", "correlation id of the cudaStreamWaitEvent call"),
+        _c("record_stream", "int64", "", "the stream the event was recorded on"),
+        _c("record_correlation", "int64", "", "correlation id of the cudaEventRecord call the wait is on"),
+    ],
     "gpu_metrics": [
         _c("timestamp_ns", "int64", "ns", "sample time"),
         _c("device", "int32", "", "GPU index"),

@@ -87,16 +87,15 @@ def _basis(host: int, total: int) -> str:
     return "host_launch" if share >= HOST_SHARE else "gpu_transfer" if share <= 1 - HOST_SHARE else "mixed"
 
 
-def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None:
-    """Per step: how much longer compute kernels ran while communication ran beside them (ns); None where no
-    compute kernel ran, no communication, or no step.
-
-    Baseline: the median duration of the same kernel (name, grid, block) when nothing communicated beside it;
-    only kernels with such a baseline count, and only the excess (never a speed-up)."""
+def kernel_contention_ns(act: DeviceActivity) -> np.ndarray:
+    """Per kernel of the device: how much longer it ran than the same kernel's (name, grid, block) median with no
+    communication beside it, where communication ran beside it (0 for communication kernels, kernels without
+    such a baseline, and speed-ups); float64, multiples of 0.5 ns."""
     k = act.kernels
+    out = np.zeros(len(k), dtype=np.float64)
     compute = ~act.kernel_is_comm
-    if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
-        return None
+    if not compute.any() or len(act.comm[0]) == 0:
+        return out
     s, dur = k["start_ns"][compute], k["end_ns"][compute]
     beside = iv.overlaps(act.comm, s, dur)
     dur -= s
@@ -104,12 +103,22 @@ def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None
     base = np.full(int(kernel.max()) + 1, np.nan)
     if not beside.all():
         ids, _, by_dur, first = sorted_runs(kernel[~beside], dur[~beside])
-        base[ids] = run_quantile(by_dur, first, 0.5)  # the median, as pandas' group-by takes it
+        base[ids] = run_quantile(by_dur, first, 0.5)
     of_kernel = base[kernel]
-    del kernel
-    # multiples of 0.5 ns: sums of them are exact in any order
-    excess = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
-    del of_kernel, dur, beside  # each as long as the compute kernels
+    out[compute] = np.where(beside & ~np.isnan(of_kernel), np.maximum(dur - of_kernel, 0.0), 0.0)
+    return out
+
+
+def _contention(act: DeviceActivity, per_step: pd.DataFrame) -> pd.Series | None:
+    """Per step: how much longer compute kernels ran while communication ran beside them (ns,
+    :func:`kernel_contention_ns` summed by the step the kernel starts in); None where no compute kernel ran, no
+    communication, or no step."""
+    k = act.kernels
+    compute = ~act.kernel_is_comm
+    if not compute.any() or len(act.comm[0]) == 0 or len(per_step) == 0:
+        return None
+    excess = kernel_contention_ns(act)[compute]
+    s = k["start_ns"][compute]
     step = iv.window_ids(s, per_step["start_ns"].to_numpy(), per_step["end_ns"].to_numpy(), per_step["step"].to_numpy())
     del s
     steps = np.unique(step)

@@ -27,7 +27,8 @@ KINETO = "kineto-json"
 #: (``api_starts``) instead of every API row (nsys: ``loaders.nsys_api``; a Kineto trace reads its calls whole).
 API_SUBSET = "api_calls_needed"
 #: The optional tables a summary reads.
-SUMMARY_TABLES = frozenset({"memops", "ranges", "graph_launches", "gpu_metrics", "collectives", API_SUBSET})
+SUMMARY_TABLES = frozenset({"memops", "ranges", "graph_launches", "gpu_metrics", "collectives", "stream_waits",
+                            API_SUBSET})
 
 ProgressFn = Callable[[int, int], None]
 

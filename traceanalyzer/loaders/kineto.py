@@ -11,7 +11,7 @@ in ``ts`` and no base: there ``start_ns`` already is epoch ns and ``base_time_ns
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import InvalidOperation
 from itertools import compress
 from operator import attrgetter
@@ -55,6 +55,7 @@ class Complete:
     grid: np.ndarray  # x*y*z of kernels' args.grid (-1 elsewhere)
     block: np.ndarray
     comm_args: dict[int, Args]  # row → args, for CPU ops / annotations / kernels with a "Collective name"
+    wait_args: dict[int, Args] = field(default_factory=dict)  # row → args, cuda_sync waits naming their event record
 
     def rows(self, category: str) -> np.ndarray:
         return np.flatnonzero(self.cat == USED_CATEGORIES.index(category))
@@ -144,6 +145,7 @@ class _Events:
         self.cats, self.names = _Interner(), _Interner()
         self.parts: dict[str, list[np.ndarray]] = {}
         self.comm_args: dict[int, Args] = {}
+        self.wait_args: dict[int, Args] = {}
         self.metadata: list[tuple[str, Any]] = []  # (process_name | process_labels, text), file order
         self.cat_counts: dict[str, int] = {}
         self.n_events = self.n_rows = 0
@@ -179,6 +181,7 @@ class _Events:
             mine = self.parts.setdefault(name, [])
             mine.extend(remap[p] if name == "name_code" else p for p in parts)
         self.comm_args.update({self.n_rows + row: args for row, args in later.comm_args.items()})
+        self.wait_args.update({self.n_rows + row: args for row, args in later.wait_args.items()})
         self.metadata += later.metadata
         for cat, count in later.cat_counts.items():
             self.cat_counts[cat] = self.cat_counts.get(cat, 0) + count
@@ -273,6 +276,9 @@ class _Events:
         for i in cpu.tolist():
             if args[i].collective is not None:
                 self.comm_args[self.n_rows + i] = args[i]
+        for i in np.flatnonzero(cat == USED_CATEGORIES.index("cuda_sync")).tolist():
+            if as_int(args[i].wait_on_record) >= 0:  # a stream wait naming the event record it waits on
+                self.wait_args[self.n_rows + i] = args[i]
         self.n_rows += len(sub)
 
     def complete(self, pool: StringPool) -> Complete:
@@ -285,7 +291,7 @@ class _Events:
         by_code[[self.names.ids[n] for n in names]] = ids
         name_code = cols.pop("name_code").astype(np.int64)
         return Complete(**cols, name_id=by_code[name_code] if len(name_code) else np.zeros(0, np.int32),
-                        comm_args=self.comm_args)
+                        comm_args=self.comm_args, wait_args=self.wait_args)
 
 
 _COLUMNS = ("cat", "start_ns", "end_ns", "pid", "tid", "name_code", "device", "stream", "correlation", "external_id",

@@ -76,6 +76,8 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
     seq_lower: Any = msgspec.field(default=None, name="seq")
+    wait_on_stream: Num = -1  # cuda_sync "Stream Wait Event": the stream the event was recorded on
+    wait_on_record: Num = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")  # its record's corr.
     name: Any = None  # metadata events: process_name / thread_name
     labels: Any = None  # metadata events: process_labels
 

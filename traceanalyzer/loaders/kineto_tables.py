@@ -34,7 +34,7 @@ def build_tables(c: Complete, pool: StringPool, rank: int, tables: frozenset[str
     """The tables asked for (all when ``tables`` is None; kernels always)."""
     builders: dict[str, Callable[[Complete, StringPool, int], Table]] = {
         "kernels": _kernels, "memops": _memops, "api_calls": _api_calls, "ranges": _ranges,
-        "collectives": _collectives,
+        "collectives": _collectives, "stream_waits": _stream_waits,
     }
     out = {}
     for name, build in builders.items():
@@ -105,6 +105,20 @@ def _ranges(c: Complete, pool: StringPool, rank: int) -> Table:
         device=np.where(cpu_side, none, _or(c.device[rows], c.pid[rows])),
         stream=np.where(cpu_side, none, np.where(exact_stream, c.stream[rows], _or(c.stream[rows], c.tid[rows]))),
         kind_id=kind, name_id=name_id, correlation=c.correlation[rows], external_id=c.external_id[rows],
+    )
+
+
+def _stream_waits(c: Complete, pool: StringPool, rank: int) -> Table:
+    """``cuda_sync`` "Stream Wait Event" rows that name the event record they wait on (``wait_on_stream``,
+    ``wait_on_cuda_event_record_corr_id``: PyTorch's ``enable_cuda_sync_events``)."""
+    rows = np.array(sorted(c.wait_args), dtype=np.int64)
+    rows = rows[c.stream[rows] >= 0]  # a stream waits ("Event Sync" rows are the host waiting: no stream)
+    args = [c.wait_args[i] for i in rows.tolist()]
+    return Table.from_columns(
+        "stream_waits", len(rows), start_ns=c.start_ns[rows], pid=c.pid[rows], rank=rank,
+        device=_or(c.device[rows], c.pid[rows]), wait_stream=c.stream[rows], wait_correlation=c.correlation[rows],
+        record_stream=np.array([as_int(a.wait_on_stream) for a in args], dtype=np.int64),
+        record_correlation=np.array([as_int(a.wait_on_record) for a in args], dtype=np.int64),
     )
 
 

@@ -52,9 +52,11 @@ from .nsys_tables import (
     read_kernels,
     read_memops,
     read_ranges,
+    read_stream_waits,
 )
 
-OPTIONAL_TABLES = frozenset({"memops", "ranges", "api_calls", "graph_launches", "gpu_metrics", "collectives"})
+OPTIONAL_TABLES = frozenset({"memops", "ranges", "api_calls", "graph_launches", "gpu_metrics", "collectives",
+                             "stream_waits"})
 _Columns = dict[str, np.ndarray]
 
 
@@ -153,6 +155,8 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
         cols["graph_launches"] = read_graph_launches(ctx)
     if "gpu_metrics" in want:
         cols["gpu_metrics"] = read_gpu_metrics(ctx)
+    if "stream_waits" in want:
+        cols["stream_waits"] = read_stream_waits(ctx)
     return cols, checked
 
 

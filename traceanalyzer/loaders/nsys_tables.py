@@ -36,6 +36,9 @@ MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+SYNCHRONIZATION = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+STREAM_WAIT_EVENT = 2  # ENUM_CUPTI_SYNC_TYPE: CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT
 NVTX = "NVTX_EVENTS"
 GPU_METRICS = "GPU_METRICS"
 METRIC_NAMES = "TARGET_INFO_GPU_METRICS"
@@ -333,6 +336,25 @@ def read_graph_launches(ctx: ReadContext) -> _Columns:
     return sorted_by_start(fetch_table(
         ctx.conn, GRAPH_TRACE, exprs, fields, ctx.counts.get(GRAPH_TRACE, 0), ctx.tick, plain=ctx.plain,
         sources=["start", "end", "globalPid", "deviceId", "streamId", "correlationId", "graphId"]))
+
+
+def read_stream_waits(ctx: ReadContext) -> _Columns:
+    """Cross-stream waits: each CUPTI stream-wait-event synchronization joined to the event record it waits on
+    (same event id, event sync id, process and context); empty where the export has either table without the
+    columns (nsys traces CUDA events with ``-t cuda``; older exports lack ``eventSyncId``)."""
+    sync, event = ctx.schema.cols(SYNCHRONIZATION), ctx.schema.cols(CUDA_EVENT)
+    need = {"eventId", "eventSyncId", "globalPid", "contextId", "streamId", "correlationId"}
+    if not need <= sync or not need <= event or not {"syncType", "start", "deviceId"} <= sync:
+        return {}
+    rows = ctx.conn.execute(
+        f'SELECT w.start, {PID_SQL.format(col="w.globalPid")}, w.deviceId, w.streamId, w.correlationId, '
+        f'e.streamId, e.correlationId FROM "{SYNCHRONIZATION}" w JOIN "{CUDA_EVENT}" e '
+        "ON e.eventId = w.eventId AND e.eventSyncId = w.eventSyncId AND e.globalPid = w.globalPid "
+        f"AND e.contextId = w.contextId WHERE w.syncType = {STREAM_WAIT_EVENT} "
+        "AND w.correlationId IS NOT NULL AND e.correlationId IS NOT NULL ORDER BY w.start").fetchall()
+    data = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    keys = ("start_ns", "pid", "device", "wait_stream", "wait_correlation", "record_stream", "record_correlation")
+    return {k: data[:, i].copy() for i, k in enumerate(keys)} if len(data) else {}
 
 
 def _metric_names(ctx: ReadContext) -> dict[tuple[int, int], str] | None:
