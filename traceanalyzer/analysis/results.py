@@ -100,6 +100,8 @@ class DeviceSummary:
     activity: Any = field(default=None, repr=False, compare=False)
     # (step ids, host events a profiler records per step) for the what-if (analysis.what_if_range); never in JSON
     host_events: Any = field(default=None, repr=False, compare=False)
+    # the device's MoE layers (analysis.moe.DeviceMoe), None without MoE work; in JSON through Summary.moe
+    moe: Any = field(default=None, repr=False, compare=False)
 
     # the figures' JSON names as attributes (notebooks read them), with their values when ``figures`` is None
     @property
@@ -301,6 +303,7 @@ class Summary:
     extra: dict[str, Any] = field(default_factory=dict)
     platform: Any = None  # analysis.platform.PlatformFacts: GPU model, architecture, link, communication paths
     source: SummarySource | None = field(default=None, repr=False)  # None in hand-built summaries (tests)
+    moe: Any = None  # analysis.moe.MoeSummary: the MoE layers of every device; None (no JSON key) without MoE work
 
     def _repr_html_(self) -> str:
         """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
@@ -329,6 +332,8 @@ class Summary:
             out["power"] = self.power
         if self.platform is not None:
             out["platform"] = self.platform.to_json()
+        if self.moe is not None:
+            out["moe"] = self.moe.to_json()
         out.update(self.extra)
         return out
 

@@ -59,22 +59,37 @@ def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, 
 def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) -> np.ndarray:
     """For the kernels ``rows`` (indexes), the id of a matching range instance that contains each (``-1`` if none).
     Only ids of the same call compare: a GPU-side instance and a CPU one never share an id."""
-    k, r = trace.kernels, trace.ranges
-    result = np.full(len(rows), -1, dtype=np.int64)
-    if len(rows) == 0 or len(r) == 0:
+    k, api = trace.kernels, trace.api_calls
+    if len(rows) == 0 or len(trace.ranges) == 0:
+        return np.full(len(rows), -1, dtype=np.int64)
+    launch = np.full(len(rows), -1, dtype=np.int64)
+    if len(api):
+        correlation = k["correlation"][rows]
+        row = launch_rows(api["pid"], api["correlation"], k["pid"][rows], correlation)
+        launch = np.where(correlation >= 0, row, -1)
+    return range_instances(trace, pattern, k["start_ns"][rows], k["device"][rows], launch)
+
+
+def range_instances(trace: Trace, pattern: re.Pattern[str], gpu_start: np.ndarray, device: np.ndarray,
+                    launch_row: np.ndarray) -> np.ndarray:
+    """For kernels given by their GPU start, device and launching call (row of ``api_calls``, -1: none), the id
+    of a range instance whose name matches ``pattern`` and that holds each (``-1`` if none): a GPU-side
+    annotation of the device open at the kernel's start, else a CPU range of the launching thread open when the
+    launch call started. Overlapping ranges of one device or thread are one instance."""
+    r = trace.ranges
+    result = np.full(len(gpu_start), -1, dtype=np.int64)
+    if len(gpu_start) == 0 or len(r) == 0:
         return result
     named = _ids_matching(trace, r["name_id"], pattern) & (r["end_ns"] >= r["start_ns"])
     gpu = named & _kind_in(trace, r["kind_id"], _GPU_KINDS) & (r["device"] >= 0)
     if gpu.any():
-        result = _instances(k["start_ns"][rows], k["device"][rows].astype(np.int64), r["start_ns"][gpu],
-                            r["end_ns"][gpu], r["device"][gpu].astype(np.int64))
+        result = _instances(np.asarray(gpu_start, dtype=np.int64), np.asarray(device).astype(np.int64),
+                            r["start_ns"][gpu], r["end_ns"][gpu], r["device"][gpu].astype(np.int64))
     cpu = named & _kind_in(trace, r["kind_id"], _CPU_KINDS)
     api = trace.api_calls
     if cpu.any() and len(api):
-        correlation = k["correlation"][rows]
-        row = launch_rows(api["pid"], api["correlation"], k["pid"][rows], correlation)
-        linked = (row >= 0) & (correlation >= 0)
-        row = np.maximum(row, 0)
+        linked = launch_row >= 0
+        row = np.maximum(launch_row, 0)
         # an unlinked kernel's group matches no thread (a thread key can be -1: pid 0, tid -1)
         launch_group = np.where(linked, _thread_of(api["pid"][row], api["tid"][row]), _NO_THREAD)
         cpu_ids = _instances(api["start_ns"][row], launch_group, r["start_ns"][cpu], r["end_ns"][cpu],
