@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..buckets import MOE_BUCKETS, MOE_STAGE_PRECEDENCE, MOE_STAGES
-from ..classify.context import MOE_RANGE, range_instances
+from ..classify.context import MOE_RANGE, SHARED_EXPERT_RANGE, range_instances
 from ..classify.rules import PRECISIONS, RuleSet
 from . import intervals as iv
 from .activity import DeviceActivity
@@ -48,7 +48,7 @@ from .layers import Layers
 #: Stages named by ranges, checked in this order (a kernel in a ``combine`` range inside a ``dispatcher`` one is
 #: combine). Annotation and module names, never op names: ``aten::permute`` names no stage.
 STAGE_RANGES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("shared_expert", re.compile(r"shared_?experts?", re.IGNORECASE)),
+    ("shared_expert", SHARED_EXPERT_RANGE),
     ("router", re.compile(r"router|moe_?gate|gating|(^|[^a-z])gate([^a-z_]|$)", re.IGNORECASE)),
     ("combine", re.compile(r"combine|unpermut", re.IGNORECASE)),
     ("dispatch", re.compile(r"dispatch|token_permut", re.IGNORECASE)),

@@ -2,7 +2,8 @@
 
 * cuBLAS/dense GEMMs launched inside an NVTX / user-annotation range named like an MoE block
   (``experts``, ``moe``) by an eager per-expert loop become ``moe_gemm`` — only in range instances
-  that hold no grouped MoE kernel already (there the dense GEMM is the router or a shared expert).
+  that hold no grouped MoE kernel already (there the dense GEMM is the router or a shared expert), and never
+  in a range named like a shared expert (``shared_experts``).
 * NCCL ``SendRecv`` kernels under an ``all_to_all`` range get the sub-bucket ``all_to_all``.
 
 A kernel is "inside" a range when its GPU start lies in a GPU-side annotation of its device
@@ -20,6 +21,8 @@ import numpy as np
 from ..trace import Trace
 
 MOE_RANGE = re.compile(r"expert|moe", re.IGNORECASE)
+#: A shared expert's range: its dense GEMMs are no eager expert loop (they run beside the routed experts).
+SHARED_EXPERT_RANGE = re.compile(r"shared_?experts?", re.IGNORECASE)
 ALL_TO_ALL_RANGE = re.compile(r"all_?to_?all|alltoall", re.IGNORECASE)
 _GPU_KINDS = ("gpu_user_annotation",)
 _CPU_KINDS = ("nvtx", "user_annotation", "cpu_op", "python_function")
@@ -160,6 +163,8 @@ def refine_with_context(trace: Trace) -> Trace:
         has_moe[inst[moe_rows]] = True
         move = (bucket[rows] == gemm) & (inst >= 0)
         move[move] = ~has_moe[inst[move]]
+        if move.any():
+            move[move] = _range_instance(trace, SHARED_EXPERT_RANGE, rows[move]) < 0
         # the names interned as before, moves or not (the string pool stays as it was)
         ids = {c: strings.intern(v) for c, v in (("bucket_id", "moe_gemm"), ("subbucket_id", "eager_expert_gemm"),
                                                   ("rule_id", "context.moe_range"))}
