@@ -25,7 +25,8 @@ stage; ``<stage>_exclusive_ns`` = the MoE time split by ``MOE_STAGE_PRECEDENCE``
 communication last), so the exclusive parts add up to ``moe_ns``; ``expert_<precision>_ns`` = union of the expert
 GEMMs (MoE GEMM buckets) of each precision; ``<dispatch|combine>_comm_ns`` = union of that stage's communication
 kernels, ``…_exposed_ns`` = the part of it with no compute kernel running anywhere on the device (the exposed
-communication of ``analysis.device``), hidden = comm − exposed.
+communication of ``analysis.device``), hidden = comm − exposed; ``permute_ns`` / ``unpermute_ns`` = union of the
+dispatch / combine stage's other (compute) kernels: the token permutation and un-permutation.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ COMM_STAGES = ("dispatch", "combine")
 LAYER_COLUMNS = ["step", "layer", "start_ns", "end_ns", "kernels", "moe_ns",
                  *[f"{s}_ns" for s in MOE_STAGES], *[f"{s}_exclusive_ns" for s in MOE_STAGES],
                  "expert_gemm_ns", *[f"expert_{p}_ns" for p in PRECISIONS],
-                 *[f"{s}_{m}_ns" for s in COMM_STAGES for m in ("comm", "exposed")]]
+                 *[f"{s}_{m}_ns" for s in COMM_STAGES for m in ("comm", "exposed")], "permute_ns", "unpermute_ns"]
 
 
 @dataclass
@@ -324,6 +325,8 @@ def device_moe(act: DeviceActivity, steps: pd.DataFrame, layers: Layers, rules: 
             hidden = iv.measure_within(compute, us, ue)
             exposed = np.bincount(g, weights=(ue - us) - hidden, minlength=n).astype(np.int64)[:n]
         cols[f"{name}_exposed_ns"] = exposed
+        work = ~comm & (st == MOE_STAGES.index(name))
+        cols["permute_ns" if name == "dispatch" else "unpermute_ns"] = _group_lengths(s[work], e[work], local[work], n)
     table = frame(cols, LAYER_COLUMNS).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
     return DeviceMoe(rank=act.rank, device=act.device, trace=str(act.trace.path), layer_source=source,
                      stage_sources=counts, layers=table, steps=len(steps))
