@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from .loaders import ProgressFn
     from .stages import DeviceKey
 
-TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings")
+TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings",
+          "moe_layers")
 _WHERE = ["trace_id", "rank", "device"]
-_INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
+# indexed on (trace_id, rank, device, start_ns)
+_INDEXED = ("kernels", "memops", "steps", "layers", "collectives", "moe_layers")
 
 
 @dataclass
@@ -223,6 +225,8 @@ def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
         rows["steps"] += _insert_frame(db, "steps", _with_device(dev.per_step, dev), tid)
         rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
         rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
+        if dev.moe is not None:
+            rows["moe_layers"] += _insert_frame(db, "moe_layers", _with_device(dev.moe.layers, dev), tid)
     rows["findings"] = _insert_findings(db, summary, run_id, trace_ids)
     _populate_fts(db, list(trace_ids.values()))
     return ExportResult(path=target, run_id=run_id, trace_ids=list(trace_ids.values()), rows=rows, summary=summary)
@@ -251,6 +255,8 @@ _SCHEMA: dict[str, dict[str, type]] = {
     "collectives": {"trace_id": int, "rank": int, "device": int, "start_ns": int, "end_ns": int,
                     "duration_ns": int, "name": str, "raw_name": str, "kind": str, "bytes": int,
                     "transfer_ns": int, "wait_ns": int, "algbw_gbps": float, "busbw_gbps": float},
+    "moe_layers": {"trace_id": int, "rank": int, "device": int, "step": int, "layer": int, "start_ns": int,
+                   "end_ns": int, "kernels": int, "moe_ns": int},
     "findings": {"run_id": int, "trace_id": int, "id": str, "title": str, "impact_ns_per_step": int,
                  "impact_pct_of_step": float, "severity": str, "recommendation": str, "rank": int, "device": int,
                  "evidence": str},

@@ -74,7 +74,7 @@ def _wait_per_step(moe: MoeSummary, rank: int) -> int:
         return 0
     steps: dict[int, int] = {}
     least: dict[tuple[int, int], int] = {}
-    for r, table in per.items():
+    for table in per.values():
         for key, value in table.items():
             least[key] = min(least.get(key, value), value)
     for key, value in mine.items():

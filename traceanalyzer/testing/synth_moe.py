@@ -73,83 +73,87 @@ class MoeEpOptions:
     step_gap_ns: int = 50_000
 
 
-@dataclass
-class _Rank:
-    compute: int  # next free time on the compute stream
-    comm: int  # next free time on the communication stream
+class _Replay:
+    """The rows of a replay as it is built: each rank's next free time on its compute and communication stream."""
+
+    def __init__(self, o: MoeEpOptions) -> None:
+        self.o = o
+        self.compute = [1_000_000] * o.ranks
+        self.comm = [1_000_000] * o.ranks
+        self.kernels: list[Row] = []
+        self.runtime: list[Row] = []
+        self.nvtx: list[Row] = []
+
+    def launch(self, rank: int, start: int, end: int, stream: int, name: str) -> int:
+        """A kernel and the launch call ``HOST_LEAD_NS`` before it; returns the call's start."""
+        corr, pid = len(self.kernels) + 1, 100 + rank
+        self.kernels.append((start, end, rank, stream, name, pid, corr))
+        self.runtime.append((start - HOST_LEAD_NS, start - HOST_LEAD_NS + 1_000, "cudaLaunchKernel_v7000", corr,
+                             pid, pid))
+        return start - HOST_LEAD_NS
+
+    def run(self, rank: int, name: str, ns: int) -> int:
+        """A kernel on the compute stream after the previous one."""
+        start = self.compute[rank] + GAP_NS
+        self.compute[rank] = start + ns
+        return self.launch(rank, start, start + ns, COMPUTE_STREAM, name)
+
+    def collective(self, name: str) -> list[int]:
+        """One dispatch / combine: each rank arrives when its compute stream reached it; all end together
+        ``transfer_ns`` after the last arrival. Returns the end per rank."""
+        o = self.o
+        stream = COMM_STREAM if o.overlap else COMPUTE_STREAM
+        arrive = [max(self.compute[r], self.comm[r] if o.overlap else 0) + GAP_NS for r in range(o.ranks)]
+        end = max(arrive) + o.transfer_ns
+        for r in range(o.ranks):
+            self.launch(r, arrive[r], end, stream, name)
+            if o.overlap:
+                self.comm[r] = end
+            else:
+                self.compute[r] = end
+        return [end] * o.ranks
+
+    def ranged(self, rank: int, text: str, lo: int, hi: int) -> None:
+        """An NVTX range of the rank's thread around launch calls ``lo`` … ``hi``."""
+        self.nvtx.append((lo - 100, hi + 100, text, 100 + rank, None, False, 59, 100 + rank))
+
+    def shared_beside(self, rank: int, ready: int) -> None:
+        """The shared-expert GEMM beside a dispatch / combine (overlap only), then wait for it to end at ``ready``."""
+        if self.o.overlap:
+            at = self.run(rank, SHARED_GEMM, self.o.shared_ns)
+            self.ranged(rank, "shared_experts", at, at)
+        self.compute[rank] = max(self.compute[rank], ready)
+
+    def layer(self, number: int) -> list[int]:
+        """One MoE layer on every rank; returns the launch time of each rank's first kernel."""
+        o = self.o
+        first = [self.run(r, ATTENTION, o.attention_ns) for r in range(o.ranks)]
+        for r in range(o.ranks):
+            self.run(r, ROUTING, o.router_ns)
+            self.run(r, EXPAND_ROWS, o.permute_ns)
+        dispatched = self.collective(DISPATCH)
+        for r in range(o.ranks):
+            self.shared_beside(r, dispatched[r])
+            self.run(r, FP4_GROUPED_GEMM, int(o.expert_ns * (o.hot_factor if r == o.hot_rank else 1.0)))
+        combined = self.collective(COMBINE)
+        for r in range(o.ranks):
+            self.shared_beside(r, combined[r])
+            self.ranged(r, f"layer_{number}", first[r], self.run(r, FINALIZE, o.finalize_ns))
+        return first
 
 
 def moe_ep_rows(o: MoeEpOptions) -> tuple[list[Row], list[Row], list[Row]]:
     """(kernels, runtime calls, NVTX ranges) of every rank."""
-    ranks = [_Rank(1_000_000, 1_000_000) for _ in range(o.ranks)]
-    kernels: list[Row] = []
-    runtime: list[Row] = []
-    nvtx: list[Row] = []
-    corr = [0]
-
-    def launch(rank: int, start: int, end: int, stream: int, name: str) -> int:
-        corr[0] += 1
-        pid = 100 + rank
-        kernels.append((start, end, rank, stream, name, pid, corr[0]))
-        runtime.append((start - HOST_LEAD_NS, start - HOST_LEAD_NS + 1_000, "cudaLaunchKernel_v7000", corr[0], pid,
-                        pid))
-        return start - HOST_LEAD_NS
-
-    def run(rank: int, name: str, ns: int) -> int:
-        start = ranks[rank].compute + GAP_NS
-        ranks[rank].compute = start + ns
-        return launch(rank, start, start + ns, COMPUTE_STREAM, name)
-
-    def collective(name: str, after: list[int]) -> list[tuple[int, int]]:
-        """One dispatch / combine: rank r arrives at ``after[r]`` (on its stream); every rank's ends together."""
-        stream = COMM_STREAM if o.overlap else COMPUTE_STREAM
-        arrive = [max(t, ranks[r].comm if o.overlap else 0) + GAP_NS for r, t in enumerate(after)]
-        end = max(arrive) + o.transfer_ns
-        out = []
-        for r in range(o.ranks):
-            out.append((launch(r, arrive[r], end, stream, name), end))
-            if o.overlap:
-                ranks[r].comm = end
-            else:
-                ranks[r].compute = end
-        return out
-
-    def ranged(rank: int, text: str, lo: int, hi: int) -> None:
-        nvtx.append((lo - 100, hi + 100, text, 100 + rank, None, False, 59, 100 + rank))
-
+    replay = _Replay(o)
     for _step in range(o.steps):
-        step_lo = [0] * o.ranks
-        for layer in range(o.layers):
-            first = [run(r, ATTENTION, o.attention_ns) for r in range(o.ranks)]
-            if layer == 0:
-                step_lo = first
-            for r in range(o.ranks):
-                run(r, ROUTING, o.router_ns)
-                run(r, EXPAND_ROWS, o.permute_ns)
-            dispatched = collective(DISPATCH, [ranks[r].compute for r in range(o.ranks)])
-            for r in range(o.ranks):
-                if o.overlap:
-                    at = run(r, SHARED_GEMM, o.shared_ns)
-                    ranged(r, "shared_experts", at, at)
-                ranks[r].compute = max(ranks[r].compute, dispatched[r][1])  # waits for its tokens
-                factor = o.hot_factor if r == o.hot_rank else 1.0
-                run(r, FP4_GROUPED_GEMM, int(o.expert_ns * factor))
-            combined = collective(COMBINE, [ranks[r].compute for r in range(o.ranks)])
-            last = []
-            for r in range(o.ranks):
-                if o.overlap:
-                    at = run(r, SHARED_GEMM, o.shared_ns)
-                    ranged(r, "shared_experts", at, at)
-                ranks[r].compute = max(ranks[r].compute, combined[r][1])
-                last.append(run(r, FINALIZE, o.finalize_ns))
-            for r in range(o.ranks):
-                ranged(r, f"layer_{layer}", first[r], last[r])
+        firsts = [replay.layer(layer) for layer in range(o.layers)]
+        step_lo = firsts[0]
         for r in range(o.ranks):
-            ranged(r, "step", step_lo[r] - 200, ranks[r].compute - HOST_LEAD_NS)
-        clock = max(max(x.compute, x.comm) for x in ranks) + o.step_gap_ns
-        for x in ranks:
-            x.compute = x.comm = clock
-    return kernels, runtime, nvtx
+            replay.ranged(r, "step", step_lo[r] - 200, replay.compute[r] - HOST_LEAD_NS)
+        clock = max(max(replay.compute), max(replay.comm)) + o.step_gap_ns
+        replay.compute = [clock] * o.ranks
+        replay.comm = [clock] * o.ranks
+    return replay.kernels, replay.runtime, replay.nvtx
 
 
 def write_moe_ep(path: str | Path, options: MoeEpOptions | None = None) -> Path:
