@@ -291,3 +291,35 @@ def test_moe_tp_fixture_eager_moe_block():
     index_add = [_span(e) for e in raw if "indexFuncLargeIndex" in e["name"]]
     assert len(index_add) == 12 and int(t["unpermute_ns"].sum()) >= _length(index_add)
     assert "moe_routing_overhead" in {f.id for f in s.findings}
+
+
+def test_all_to_all_by_position_and_notify_by_the_next_kernel():
+    """NCCL all-to-all names no stage: before the layer's first expert kernel it is the dispatch, after it the
+    combine; a DeepEP notify kernel takes the stage of the next dispatch / combine on its stream."""
+    from traceanalyzer.classify import classified
+    from traceanalyzer.testing.synth import make_trace
+
+    a2a, gemm = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "_fused_moe_kernel"
+    notify = "void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*)"
+    combine = "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)"
+    rows = []
+    for layer in range(2):
+        t0 = layer * 1_000_000
+        rows += [(t0, t0 + 50_000, 0, 9, a2a, "other"), (t0 + 60_000, t0 + 260_000, 0, 7, gemm, "other"),
+                 (t0 + 270_000, t0 + 300_000, 0, 9, notify, "other"),
+                 (t0 + 300_000, t0 + 380_000, 0, 9, combine, "other"),
+                 (t0 + 400_000, t0 + 450_000, 0, 9, a2a, "other")]
+    ranges = [(layer * 1_000_000, layer * 1_000_000 + 500_000, "gpu_user_annotation", f"layer_{layer}", 0)
+              for layer in range(2)]
+    ranges += [(0, 2_000_000, "gpu_user_annotation", "ProfilerStep#1", 0)]
+    # torch.distributed.all_to_all_single's annotation: the context pass makes its SendRecv kernels all_to_all
+    ranges += [(t0, t0 + 50_000, "gpu_user_annotation", "nccl:all_to_all", 0) for layer in range(2)
+               for t0 in (layer * 1_000_000, layer * 1_000_000 + 400_000)]
+    t = ta.summary(classified(make_trace(kernels=rows, ranges=ranges)))
+    layers = t.moe.devices[0].layers
+    assert len(layers) == 2 and t.moe.devices[0].stage_sources == {"name": 4, "position": 6, "range": 0}
+    # dispatch: the first SendRecv (50 µs); combine: notify + combine (30 + 80) and the last SendRecv (50)
+    assert list(layers["dispatch_comm_ns"]) == [50_000, 50_000]
+    assert list(layers["combine_comm_ns"]) == [160_000, 160_000]
+    assert list(layers["expert_ns"]) == [200_000, 200_000]
+    _adds_up(layers)

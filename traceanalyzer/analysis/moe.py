@@ -4,9 +4,10 @@
 
 1. *name*: the matching rule's ``moe_stage`` (``rules/default.toml``; expert-GEMM buckets are ``expert``), and the
    eager expert GEMMs the context pass moved to ``moe_gemm``;
-2. *position*, for expert-parallel all-to-all kernels that name no stage: a notify / layout kernel takes the stage
-   of the next named dispatch or combine on its stream in the same MoE layer; any other all-to-all (NCCL
-   ``all_to_all(v)``) is ``dispatch`` when it starts before the layer's first expert kernel, else ``combine``;
+2. *position*, for all-to-all kernels that name no stage: an expert-parallel library's notify / layout kernel
+   (rule ``comm.expert_parallel``) takes the stage of the next named dispatch or combine on its stream in the same
+   MoE layer; any other all-to-all (NCCL ``all_to_all(v)``) is ``dispatch`` when it starts before the layer's
+   first expert kernel, else ``combine``;
 3. *range*: kernels launched in a range named like a stage (``router`` / ``gate``, ``dispatch``, ``combine`` /
    ``unpermute``, ``shared_expert``) take that stage; then, in a range named like an MoE block (``moe``,
    ``expert``): top-k and softmax kernels are the ``router``, sorts and scans ``dispatch``, a dense GEMM before the
@@ -56,6 +57,7 @@ STAGE_RANGES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _COMM_RANGE_STAGES = ("dispatch", "combine")
 EAGER_EXPERT_RULE = "context.moe_range"  # classify.context: dense GEMMs of an eager expert loop
+EP_LIBRARY_RULE = "comm.expert_parallel"  # an expert-parallel library's kernel that names neither stage
 STAGE_SOURCES = ("name", "position", "range")
 COMM_STAGES = ("dispatch", "combine")
 
@@ -180,22 +182,46 @@ def kernel_stages(act: DeviceActivity, inst: np.ndarray, rules: RuleSet) -> tupl
 
 def _position_stages(act: DeviceActivity, inst: np.ndarray, stage: np.ndarray, todo: np.ndarray,
                      code: dict[str, int]) -> np.ndarray:
-    """Stages of the all-to-all kernels ``todo`` (module doc, 2)."""
+    """Stages of the all-to-all kernels ``todo`` (module doc, 2): the stage of the next named dispatch / combine on
+    the same stream in the same MoE layer (one search over those kernels sorted by layer, stream and start), else
+    dispatch before the layer's first expert kernel and combine after it."""
     out = stage.copy()
     if not todo.any():
         return out
-    start, stream = act.kernels["start_ns"], act.kernels["stream"].astype(np.int64)
-    comm_staged = np.flatnonzero(np.isin(stage, [code["dispatch"], code["combine"]]))
-    for i in np.flatnonzero(todo):  # a few per layer
-        later = comm_staged[(start[comm_staged] >= start[i]) & (stream[comm_staged] == stream[i])
-                            & (inst[comm_staged] == inst[i])]
-        if len(later):
-            out[i] = stage[later[np.argmin(start[later])]]
-            continue
-        experts = (inst == inst[i]) & (stage == code["expert"])
-        first = start[experts].min() if experts.any() else np.iinfo(np.int64).max
-        out[i] = code["dispatch"] if start[i] < first else code["combine"]
+    start, stream = act.kernels["start_ns"].astype(np.int64), act.kernels["stream"].astype(np.int64)
+    rows = np.flatnonzero(todo)
+    named = np.flatnonzero(np.isin(stage, [code["dispatch"], code["combine"]]))
+    order = named[np.lexsort((start[named], stream[named], inst[named]))]
+    keys = np.stack([inst[order], stream[order], start[order]], axis=1)
+    want = np.stack([inst[rows], stream[rows], start[rows]], axis=1)
+    # first named kernel at or after (layer, stream, start), compared as tuples
+    pos = _tuple_searchsorted(keys, want)
+    found = pos < len(order)
+    at = order[np.minimum(pos, max(len(order) - 1, 0))] if len(order) else np.zeros(len(rows), dtype=np.int64)
+    found &= (inst[at] == inst[rows]) & (stream[at] == stream[rows]) if len(order) else False
+    first = np.full(int(inst.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    expert = stage == code["expert"]
+    np.minimum.at(first, inst[expert], start[expert])
+    positional = np.where(start[rows] < first[inst[rows]], code["dispatch"], code["combine"])
+    library = _lookup(act, "rule_id", {EP_LIBRARY_RULE: 1}, 0)[rows] == 1  # notify / layout of an EP library
+    out[rows] = np.where(found & library, stage[at], positional)
     return out
+
+
+def _tuple_searchsorted(keys: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """For each row of ``want``, the first row of ``keys`` (sorted lexicographically) not less than it."""
+    if not len(keys):
+        return np.zeros(len(want), dtype=np.int64)
+    # ranks of the leading columns make one int64 key: (layer, stream) pairs are few
+    lead = np.concatenate([keys[:, :2], want[:, :2]])
+    _, code = np.unique(lead, axis=0, return_inverse=True)
+    code = code.ravel().astype(np.int64)
+    span = np.int64(max(int(keys[:, 2].max()), int(want[:, 2].max())) - min(int(keys[:, 2].min()),
+                                                                          int(want[:, 2].min())) + 1)
+    base = min(int(keys[:, 2].min()), int(want[:, 2].min()))
+    flat_keys = code[:len(keys)] * span + (keys[:, 2] - base)
+    flat_want = code[len(keys):] * span + (want[:, 2] - base)
+    return np.searchsorted(flat_keys, flat_want, side="left")
 
 
 def _range_stages(act: DeviceActivity, inst: np.ndarray, stage: np.ndarray, todo: np.ndarray, comm: np.ndarray,
@@ -263,6 +289,13 @@ def _phase(start: np.ndarray, inst: np.ndarray, stage: np.ndarray, rows: np.ndar
     return out
 
 
+def _any_named(act: DeviceActivity, rules: RuleSet) -> bool:
+    """Whether a kernel of the device is MoE work by its rule (checked on the distinct rule ids only)."""
+    strings = act.trace.strings
+    ids = {strings.get(r) for r in stage_of_rules(rules)} - {-1}
+    return bool(ids) and bool(np.isin(np.unique(act.kernels["rule_id"]), list(ids)).any())
+
+
 def _group_lengths(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """Length of the union of each group 0..n-1."""
     if not len(starts):
@@ -273,7 +306,7 @@ def _group_lengths(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n: 
 
 def device_moe(act: DeviceActivity, steps: pd.DataFrame, layers: Layers, rules: RuleSet) -> DeviceMoe | None:
     """The MoE layers of the device (module doc); None when no kernel is MoE work."""
-    if len(act.kernels) == 0 or "rule_id" not in act.kernels:
+    if len(act.kernels) == 0 or "rule_id" not in act.kernels or not _any_named(act, rules):
         return None
     step, inst, number, source = _instances(act, steps, layers)
     stage, counts = kernel_stages(act, inst, rules)
