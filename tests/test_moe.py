@@ -72,7 +72,7 @@ def _adds_up(layers) -> None:
         assert (layers[f"{s}_exclusive_ns"] <= layers[f"{s}_ns"]).all()
 
 
-# -- the taxonomy -----------------------------------------------------------------------------------------------------
+# -- the taxonomy ----------------------------------------------------------------------------------------------------
 
 STACK_NAMES = {  # one name of each stack the issue names, from the labelled corpora (tests/data, ../shared/kernels)
     "_fused_moe_kernel": "expert",  # vLLM / SGLang Triton fused_moe
@@ -113,7 +113,7 @@ def test_a_bad_moe_stage_is_bad_input():
         parse_rules('[[rule]]\nid = "x"\nmatch = "a"\nbucket = "other"\nmoe_stage = "gate"\n', "mine.toml")
 
 
-# -- the constructed expert-parallel fixture ----------------------------------------------------------------------------
+# -- the constructed expert-parallel fixture --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def ep(tmp_path_factory):
@@ -216,7 +216,7 @@ def test_no_moe_no_key():
     assert s.moe is None and "moe" not in s.to_json()
 
 
-# -- real traces --------------------------------------------------------------------------------------------------------
+# -- real traces -------------------------------------------------------------------------------------------------------
 
 def _needs(path: Path) -> None:
     if not path.exists():
