@@ -65,10 +65,10 @@ class MoeStage:
 #: last, so the exclusive dispatch / combine time of a layer is the part no other MoE work hides.
 MOE_STAGE_TABLE: tuple[MoeStage, ...] = (
     MoeStage("router", "#f4a261", 2),
-    MoeStage("dispatch", "#e76f51", 4),
+    MoeStage("dispatch", "#2a9d8f", 4),
     MoeStage("expert", "#7b3fb5", 0),
     MoeStage("shared_expert", "#2f6fbf", 1),
-    MoeStage("combine", "#e4572e", 5),
+    MoeStage("combine", "#e76f51", 5),
     MoeStage("moe_other", "#9aa5b1", 3),
 )
 

@@ -29,10 +29,14 @@ _CPU_KINDS = ("nvtx", "user_annotation", "cpu_op", "python_function")
 
 
 def _ids_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
-    """Boolean mask of rows whose string id's text matches ``pattern`` (-1: none): each string of the pool tested
-    once, looked up by id (no sort of the rows)."""
-    hit = np.array([bool(pattern.search(text)) for text in trace.strings.values] + [False], dtype=bool)
-    return hit[np.where(ids >= 0, ids, len(hit) - 1)] if len(ids) else np.zeros(0, dtype=bool)
+    """Boolean mask of rows whose string id's text matches ``pattern`` (-1: none): each distinct id of the rows
+    tested once (not the whole string pool), spread back by position."""
+    if not len(ids):
+        return np.zeros(0, dtype=bool)
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    values = trace.strings.values
+    hit = np.array([i >= 0 and bool(pattern.search(values[i])) for i in distinct.tolist()], dtype=bool)
+    return hit[inverse.ravel()]
 
 
 def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
