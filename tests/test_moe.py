@@ -79,6 +79,16 @@ STACK_NAMES = {  # one name of each stack the issue names, from the labelled cor
     "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int)": "dispatch",
     "void vllm::moe::count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, int)": "dispatch",
     "topk_gating_softmax_kernel": "router",
+    "void vllm::moe::topkGatingSoftmax<4, 128, 4, 16, int>(float const*, bool const*, float*, int, int*)": "router",
+    "void vllm::moe::grouped_topk_kernel<float>(float*)": "router",
+    "void vllm::shuffleInputRowsKernel<__nv_bfloat16>(__nv_bfloat16 const*, __nv_bfloat16*, long const*)": "dispatch",
+    "void vllm::moe_sum_kernel<c10::BFloat16, 2>(c10::BFloat16*, c10::BFloat16 const*, int)": "combine",
+    "pre_reorder_triton_kernel": "dispatch",  # SGLang EP MoE runner
+    "post_reorder_triton_kernel": "combine",
+    "compute_seg_indptr_triton_kernel": "dispatch",
+    "deepep_post_reorder_triton_kernel": "combine",
+    "void moe::dev::activation::activationKernel<moe::dev::activation::KernelParams<cutlass::bfloat16_t> >("
+    "moe::dev::activation::KernelParams<cutlass::bfloat16_t>)": "expert",  # FlashInfer trtllm-gen MoE
     "moe_sum_reduce_warp_per_token_vec_kernel": "combine",  # SGLang
     "void tensorrt_llm::kernels::cutlass_kernels::expandInputRowsKernel<__nv_bfloat16, __nv_fp4_e2m1, 2, true>"
     "(__nv_bfloat16 const*, __nv_fp4_e2m1*, int)": "dispatch",  # FlashInfer / TRT-LLM cutlass MoE
@@ -270,6 +280,11 @@ def test_deepseek_v3_ep64_deepep():
     grouped = [_span(e) for e in raw if re.search(r"dpsk::grouped_gemm::cuda::\w+::GemmKernel", e["name"])]
     assert len(grouped) == 140 and row["expert_fp8_ns"] == _length(grouped) == 69_258_000  # streams 7 and 23
     assert d.stage_sources["position"] == 12  # the bare cached_notify kernels
+    # raw: every dpsk::ep kernel runs on stream 27; the grouped GEMMs on 7 (and 16 wgrad ones on 23)
+    assert d.comm_streams == [27] and d.expert_streams == [7, 23]
+    hidden = 1 - (row["dispatch_exposed_ns"] + row["combine_exposed_ns"]) / (row["dispatch_comm_ns"]
+                                                                             + row["combine_comm_ns"])
+    assert round(100 * hidden, 1) == 96.3
     # 96% of the all-to-all hides behind the other micro-batch: 4.19 ms of a 129 ms step, under the 5% threshold
     assert "moe_exposed_dispatch_combine" not in {f.id for f in s.findings}
 

@@ -78,6 +78,8 @@ class DeviceMoe:
     stage_sources: dict[str, int]  # kernels staged by name / position / range
     layers: pd.DataFrame
     steps: int  # step windows of the device
+    comm_streams: list[int] = field(default_factory=list)  # streams of the dispatch / combine communication kernels
+    expert_streams: list[int] = field(default_factory=list)  # streams of the expert-stage kernels
 
     def per_step(self) -> pd.DataFrame:
         """The layers' numbers summed per step (``step`` and the ``*_ns`` columns; ``layers`` counts them)."""
@@ -98,7 +100,8 @@ class DeviceMoe:
         from .results import _records
 
         return {"rank": self.rank, "device": self.device, "trace": self.trace, "layer_source": self.layer_source,
-                "stage_sources": self.stage_sources, "steps": self.steps, "per_step_median": self.step_median(),
+                "stage_sources": self.stage_sources, "steps": self.steps, "comm_streams": self.comm_streams,
+                "expert_streams": self.expert_streams, "per_step_median": self.step_median(),
                 "layers": _records(self.layers)}
 
 
@@ -361,8 +364,12 @@ def device_moe(act: DeviceActivity, steps: pd.DataFrame, layers: Layers, rules: 
         work = ~comm & (st == MOE_STAGES.index(name))
         cols["permute_ns" if name == "dispatch" else "unpermute_ns"] = _group_lengths(s[work], e[work], local[work], n)
     table = frame(cols, LAYER_COLUMNS).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
+    stream = k["stream"][moe].astype(np.int64)
+    ep = comm & np.isin(st, [MOE_STAGES.index(c) for c in COMM_STAGES])
     return DeviceMoe(rank=act.rank, device=act.device, trace=str(act.trace.path), layer_source=source,
-                     stage_sources=counts, layers=table, steps=len(steps))
+                     stage_sources=counts, layers=table, steps=len(steps),
+                     comm_streams=[int(x) for x in np.unique(stream[ep])],
+                     expert_streams=[int(x) for x in np.unique(stream[st == MOE_STAGES.index("expert")])])
 
 
 def _step_numbers(steps: pd.DataFrame, ordinal: np.ndarray) -> np.ndarray:

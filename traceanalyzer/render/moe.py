@@ -73,9 +73,11 @@ def source_lines(summary: Summary) -> list[str]:
     groups: dict[str, list[str]] = {}
     for d in moe.devices:
         src = d.stage_sources
+        streams = (f"; dispatch / combine on stream {', '.join(map(str, d.comm_streams))}, experts on "
+                   f"{', '.join(map(str, d.expert_streams))}") if d.comm_streams else ""
         text = (f"MoE layers: {d.layer_source if d.layer_source != 'step' else 'no layers: one MoE block per step'}; "
                 f"stages by name {src.get('name', 0)}, position {src.get('position', 0)}, range "
-                f"{src.get('range', 0)} kernels")
+                f"{src.get('range', 0)} kernels{streams}")
         groups.setdefault(text, []).append(device_label(d.rank, d.device))
     return [f"{t} — {', '.join(v) if len(groups) > 1 else 'all MoE devices'}" for t, v in groups.items()]
 
