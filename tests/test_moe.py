@@ -338,3 +338,47 @@ def test_all_to_all_by_position_and_notify_by_the_next_kernel():
     assert list(layers["combine_comm_ns"]) == [160_000, 160_000]
     assert list(layers["expert_ns"]) == [200_000, 200_000]
     _adds_up(layers)
+
+
+HF = REPO / "fixtures" / "kineto" / "moe_hf"  # examples/hf_moe.py on one H200, transformers 5.17, random weights
+
+
+@pytest.mark.parametrize("name, block", [("mixtral_prefill", "MixtralSparseMoeBlock"),
+                                         ("mixtral_decode", "MixtralSparseMoeBlock"),
+                                         ("qwen2_moe_prefill", "Qwen2MoeSparseMoeBlock"),
+                                         ("qwen2_moe_decode", "Qwen2MoeSparseMoeBlock")])
+def test_hf_moe_blocks(name: str, block: str):
+    """HF MoE models (grouped ``torch._grouped_mm`` experts, ``with_stack``): the kernels staged are exactly those
+    launched inside the ``nn.Module: <block>`` frames (raw: launch call by correlation, cuda_runtime or
+    cuda_driver, on the module's thread inside its [ts, ts + dur)), and no attention or norm kernel of the
+    ``Qwen2Moe*`` modules around them."""
+    path = HF / f"hf_{name}.json.gz"
+    with gzip.open(path) as f:
+        events = json.load(f, parse_float=Decimal)["traceEvents"]
+    blocks = [e for e in events if e.get("cat") == "python_function" and e["name"].startswith(f"nn.Module: {block}")]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    inside = [k for k in kernels if (c := calls.get(k["args"].get("correlation"))) is not None
+              and any(b["tid"] == c["tid"] and b["ts"] <= c["ts"] < b["ts"] + b["dur"] for b in blocks)]
+    assert len(blocks) == 8  # 4 layers x 2 profiled steps
+    d = ta.summary([path]).moe.devices[0]
+    t = d.layers
+    assert len(t) == 8 and int(t["kernels"].sum()) == len(inside)
+    assert d.stage_sources["name"] == 32  # 2 grouped GEMMs + 2 prepare_grouped_gemm_data per layer
+    _adds_up(t)
+    grouped = [_span(e) for e in inside if "GroupProblemShape" in e["name"]]
+    assert len(grouped) == 16 and int(t["expert_gemm_ns"].sum()) == int(t["expert_bf16_ns"].sum()) == _length(grouped)
+    # the router's gate GEMM (an nvjet GEMM, N = the expert count, in nn.Module: *TopKRouter) is the router's
+    router = [e for e in events if e.get("cat") == "python_function" and "TopKRouter" in e["name"]]
+    gate = [_span(k) for k in inside if k["name"].startswith("nvjet") and any(
+        r["tid"] == calls[k["args"]["correlation"]]["tid"]
+        and r["ts"] <= calls[k["args"]["correlation"]]["ts"] < r["ts"] + r["dur"] for r in router)]
+    assert len(gate) == 8 and int(t["router_ns"].sum()) >= _length(gate)
+    # the block's other cuBLAS kernels: Qwen2MoeMLP (the shared expert: gate, up, down projections) and
+    # shared_expert_gate; Mixtral has none. In decode the down projection is split-K (+ splitKreduce) and the
+    # 1-wide shared_expert_gate a dot_kernel + reduce_1Block_kernel.
+    cublas = re.compile(r"^nvjet|splitKreduce|dot_kernel|reduce_1Block_kernel")
+    shared = [_span(k) for k in inside if cublas.search(k["name"]) and _span(k) not in gate]
+    assert len(shared) == {"qwen2_moe_prefill": 32, "qwen2_moe_decode": 48}.get(name, 0)
+    assert int(t["shared_expert_ns"].sum()) == _length(shared)

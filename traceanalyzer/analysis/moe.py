@@ -11,7 +11,8 @@
 3. *range*: kernels launched in a range named like a stage (``router`` / ``gate``, ``dispatch``, ``combine`` /
    ``unpermute``, ``shared_expert``) take that stage; then, in a range named like an MoE block (``moe``,
    ``expert``): top-k and softmax kernels are the ``router``, sorts and scans ``dispatch``, a dense GEMM before the
-   block's first router kernel the router's gate GEMM, one after it a ``shared_expert`` GEMM; any other kernel
+   block's first router kernel the router's gate GEMM (unless a range shows the router: the gate GEMM is inside
+   it), one after it a ``shared_expert`` GEMM; any other kernel
    by its place in the layer: after the last router kernel and before the first expert kernel ``dispatch``
    (permutation: gathers, counts), between the first and last expert kernel ``expert`` (activation, scaling),
    after the last expert kernel ``combine`` (weighting, scatter-add), else ``moe_other`` (a norm before the
@@ -51,7 +52,7 @@ from .layers import Layers
 #: combine). Annotation and module names, never op names: ``aten::permute`` names no stage.
 STAGE_RANGES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("shared_expert", SHARED_EXPERT_RANGE),
-    ("router", re.compile(r"router|moe_?gate|gating|(^|[^a-z])gate([^a-z_]|$)", re.IGNORECASE)),
+    ("router", re.compile(r"router|moe_?gate|gating", re.IGNORECASE)),  # a bare "gate" is the SwiGLU's too
     ("combine", re.compile(r"combine|unpermut", re.IGNORECASE)),
     ("dispatch", re.compile(r"dispatch|token_permut", re.IGNORECASE)),
 )
@@ -238,6 +239,7 @@ def _range_stages(act: DeviceActivity, inst: np.ndarray, stage: np.ndarray, todo
     start, device = k["start_ns"][rows], np.full(len(rows), act.device, dtype=np.int64)
     launch = np.asarray(act.launch_row, dtype=np.int64)[rows]
     left = np.ones(len(rows), dtype=bool)
+    router_range = np.zeros(int(inst.max()) + 1, dtype=bool)  # MoE layers whose router a range shows
     for name, pattern in STAGE_RANGES:
         allowed = left & (~comm[rows] if name not in _COMM_RANGE_STAGES else True)
         if not allowed.any():
@@ -245,6 +247,8 @@ def _range_stages(act: DeviceActivity, inst: np.ndarray, stage: np.ndarray, todo
         hit = allowed & (range_instances(act.trace, pattern, start, device, launch) >= 0)
         out[rows[hit]] = code[name]
         left &= ~hit
+        if name == "router":
+            router_range[inst[rows[hit]]] = True
     block = left & ~comm[rows]
     if not block.any():
         return out
@@ -256,11 +260,12 @@ def _range_stages(act: DeviceActivity, inst: np.ndarray, stage: np.ndarray, todo
     out[rows[block & (sub == 2)]] = code["dispatch"]
     dense = block & gemm
     if dense.any():
-        # a dense GEMM before the MoE layer's first router kernel is the gate; one after it a shared expert
+        # a dense GEMM before the MoE layer's first router kernel is the gate, one after it a shared expert; where
+        # a range shows the router, its gate GEMM is inside it and the block's other dense GEMMs are shared experts
         router = out == code["router"]
         first = np.full(int(inst.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(first, inst[router], k["start_ns"][router].astype(np.int64))
-        gate = dense & (start < first[inst[rows]])
+        gate = dense & (start < first[inst[rows]]) & ~router_range[inst[rows]]
         out[rows[gate]] = code["router"]
         out[rows[dense & ~gate]] = code["shared_expert"]
     rest = block & (out[rows] < 0)

@@ -20,11 +20,18 @@ import numpy as np
 
 from ..trace import Trace
 
-MOE_RANGE = re.compile(r"expert|moe", re.IGNORECASE)
+#: A range of an MoE block: its name says MoE or experts and names no other part of a model (HF module classes carry
+#: the family's name: ``Qwen2MoeAttention``, ``Qwen2MoeDecoderLayer`` are no MoE blocks, ``Qwen2MoeSparseMoeBlock``
+#: and ``MixtralExperts`` are).
+MOE_RANGE = re.compile(r"^(?!.*(attention|attn|decoder|model|norm|causal_?lm|embedding|rotary))(?=.*(expert|moe))",
+                       re.IGNORECASE)
 #: A shared expert's range: its dense GEMMs are no eager expert loop (they run beside the routed experts).
 SHARED_EXPERT_RANGE = re.compile(r"shared_?experts?", re.IGNORECASE)
 ALL_TO_ALL_RANGE = re.compile(r"all_?to_?all|alltoall", re.IGNORECASE)
 _GPU_KINDS = ("gpu_user_annotation",)
+#: Of the Python frames a profiler records (``with_stack``), only the modules name a part of the model: a frame
+#: ``path.py(12): fn`` is named after its file and function (``modeling_qwen2_moe.py``, ``_must_dispatch_in_python``).
+_MODULE_FRAME = re.compile(r"^nn\.Module: ")
 _CPU_KINDS = ("nvtx", "user_annotation", "cpu_op", "python_function")
 
 
@@ -82,12 +89,16 @@ def range_instances(trace: Trace, pattern: re.Pattern[str], gpu_start: np.ndarra
     """For kernels given by their GPU start, device and launching call (row of ``api_calls``, -1: none), the id
     of a range instance whose name matches ``pattern`` and that holds each (``-1`` if none): a GPU-side
     annotation of the device open at the kernel's start, else a CPU range of the launching thread open when the
-    launch call started. Overlapping ranges of one device or thread are one instance."""
+    launch call started (of the Python frames, only ``nn.Module`` ones). Overlapping ranges of one device or thread
+    are one instance."""
     r = trace.ranges
     result = np.full(len(gpu_start), -1, dtype=np.int64)
     if len(gpu_start) == 0 or len(r) == 0:
         return result
     named = _ids_matching(trace, r["name_id"], pattern) & (r["end_ns"] >= r["start_ns"])
+    frames = _kind_in(trace, r["kind_id"], ("python_function",))
+    if frames.any():
+        named &= ~frames | _ids_matching(trace, r["name_id"], _MODULE_FRAME)
     gpu = named & _kind_in(trace, r["kind_id"], _GPU_KINDS) & (r["device"] >= 0)
     if gpu.any():
         result = _instances(np.asarray(gpu_start, dtype=np.int64), np.asarray(device).astype(np.int64),

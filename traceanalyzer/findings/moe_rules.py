@@ -23,6 +23,11 @@ def _device(ctx: FindingContext, d: DeviceMoe) -> DeviceSummary | None:
                 None)
 
 
+def _where(d: DeviceMoe) -> str:
+    """``rank r`` (``GPU d`` in a trace without distributed info)."""
+    return f"rank {d.rank}" if d.rank >= 0 else f"GPU {d.device}"
+
+
 def _median_per_step(d: DeviceMoe, columns: tuple[str, ...]) -> int:
     """Median over the device's steps holding MoE work of the per-step sum of ``columns``."""
     per = d.per_step()
@@ -50,7 +55,7 @@ def exposed_dispatch_combine(ctx: FindingContext) -> list[Finding]:
     return [Finding(
         id=ids.MOE_EXPOSED_DISPATCH_COMBINE,
         title=f"Expert-parallel dispatch / combine leave {ms(exposed)}/step ({pct:.0f}%) with no compute beside "
-              f"them on rank {d.rank} (dispatch {ms(shown['dispatch'])}, combine {ms(shown['combine'])}; "
+              f"them on {_where(d)} (dispatch {ms(shown['dispatch'])}, combine {ms(shown['combine'])}; "
               f"{hidden_pct:.0f}% of {ms(comm)} hidden){wait_text}: overlapping them with compute would recover "
               "up to that",
         impact_ns_per_step=int(exposed), impact_pct_of_step=pct, severity=severity(pct),
@@ -156,7 +161,7 @@ def routing_overhead(ctx: FindingContext) -> list[Finding]:
     parts = {c[:-3]: _median_per_step(d, (c,)) for c in ("router_ns", "permute_ns", "unpermute_ns")}
     return [Finding(
         id=ids.MOE_ROUTING_OVERHEAD,
-        title=f"MoE routing takes {share:.0f}% of the MoE time on rank {d.rank}: {ms(routing)}/step in the router "
+        title=f"MoE routing takes {share:.0f}% of the MoE time on {_where(d)}: {ms(routing)}/step in the router "
               f"({ms(parts['router'])}), token permutation ({ms(parts['permute'])}) and un-permutation "
               f"({ms(parts['unpermute'])}) kernels; fused routing kernels would save at most that",
         impact_ns_per_step=routing, impact_pct_of_step=pct, severity=severity(pct),
