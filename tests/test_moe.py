@@ -382,3 +382,18 @@ def test_hf_moe_blocks(name: str, block: str):
     shared = [_span(k) for k in inside if cublas.search(k["name"]) and _span(k) not in gate]
     assert len(shared) == {"qwen2_moe_prefill": 32, "qwen2_moe_decode": 48}.get(name, 0)
     assert int(t["shared_expert_ns"].sum()) == _length(shared)
+
+
+def test_diff_attributes_the_moe_change_to_the_stages(ep):
+    d = ta.diff(ep["balanced"], ep["hot"])
+    rows = {r["stage"]: r for r in d.moe}
+    assert list(rows) == [*MOE_STAGES, "moe"]
+    assert sum(r["delta_ns"] for s, r in rows.items() if s != "moe") == rows["moe"]["delta_ns"]
+    # per step, mean over the 4 ranks: rank 1's 4 expert GEMMs take 300 µs more each: +1.2 ms / 4
+    assert rows["expert"]["delta_ns"] == 300_000 and rows["router"]["delta_ns"] == 0
+    assert rows["combine"]["delta_ns"] > 0  # the others' combine waits for rank 1
+    assert d.to_json()["moe"] == d.moe
+    for s in ep.values():  # every side's representative step adds up
+        for dev in s.moe.devices:
+            m = dev.step_median()
+            assert sum(m[f"{st}_exclusive_ns"] for st in MOE_STAGES) == m["moe_ns"]

@@ -92,10 +92,14 @@ class DeviceMoe:
         return out.reset_index()
 
     def step_median(self) -> dict[str, int]:
-        """Median over the steps holding MoE work of each per-step sum (``*_ns``) and of ``layers``."""
+        """The representative step's per-step sums (``*_ns``, ``layers``): the step holding MoE work whose MoE time
+        is the median (the lower middle one of an even count), so its stage parts add up to its MoE time."""
         per = self.per_step()
-        return {c: int(np.median(per[c].to_numpy(np.int64))) for c in per.columns if c != "step"} if len(per) \
-            else {}
+        if not len(per):
+            return {}
+        moe = per["moe_ns"].to_numpy(np.int64)
+        row = int(np.argsort(moe, kind="stable")[(len(moe) - 1) // 2])
+        return {c: int(per[c].iloc[row]) for c in per.columns if c != "step"}
 
     def to_json(self) -> dict[str, Any]:
         from .results import _records

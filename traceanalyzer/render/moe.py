@@ -41,8 +41,8 @@ def device_columns(moe: MoeSummary) -> list[str]:
 
 
 def device_rows(summary: Summary) -> tuple[list[str], list[list[str]]] | None:
-    """Per device: MoE layers per step, MoE time per step and each stage's exclusive share of it (medians over
-    the steps), expert GEMM time by precision, exposed dispatch / combine; None without MoE work."""
+    """Per device, its representative step (``DeviceMoe.step_median``): MoE layers, MoE time and each stage's
+    exclusive share of it, expert GEMM time by precision, exposed dispatch / combine; None without MoE work."""
     moe = _moe(summary)
     if moe is None:
         return None

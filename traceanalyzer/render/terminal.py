@@ -216,8 +216,8 @@ def _print_moe(con: Console, summary: Summary) -> None:
     if rows is None:
         return
     cols, body = rows
-    for table in _fitted(con, "MoE layers per step (median; stages exclusive, % of MoE time)", cols,
-                         [[_text(c) for c in r] for r in body], [False] + [True] * (len(cols) - 1)):
+    title = "MoE layers per step (the step of median MoE time; stages exclusive, % of MoE time)"
+    for table in _fitted(con, title, cols, [[_text(c) for c in r] for r in body], [False] + [True] * (len(cols) - 1)):
         con.print(table)
     for line in source_lines(summary):
         con.print(_text(line))
