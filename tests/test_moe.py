@@ -213,7 +213,10 @@ def test_moe_outputs(ep, tmp_path):
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT rank, layer, moe_ns, expert_ns FROM moe_layers WHERE step = 0 AND layer = 0 "
                          "ORDER BY rank").fetchall()
+        stages = dict(c.execute("SELECT moe_stage, COUNT(*) FROM kernels WHERE rank = 0 GROUP BY moe_stage"))
     assert rows[1] == (1, 0, 787_000, 600_000) and len(rows) == 4
+    # rank 0's 12 layers: routing, expandInputRows + dispatch, shared GEMM x 2, grouped GEMM, combine + finalize
+    assert stages == {None: 12, "router": 12, "dispatch": 24, "shared_expert": 24, "expert": 12, "combine": 24}
 
 
 def test_no_moe_no_key():

@@ -81,6 +81,14 @@ class DeviceMoe:
     steps: int  # step windows of the device
     comm_streams: list[int] = field(default_factory=list)  # streams of the dispatch / combine communication kernels
     expert_streams: list[int] = field(default_factory=list)  # streams of the expert-stage kernels
+    # per kernel of the device (its activity's start order), the index of its stage in MOE_STAGES, -1: none;
+    # the export's kernel rows read it, never in JSON
+    kernel_stage: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8), repr=False, compare=False)
+
+    def stage_names(self) -> list[str | None]:
+        """:attr:`kernel_stage` as stage names (None: not MoE work)."""
+        names: list[str | None] = [*MOE_STAGES, None]
+        return [names[i] for i in self.kernel_stage.tolist()]
 
     def per_step(self) -> pd.DataFrame:
         """The layers' numbers summed per step (``step`` and the ``*_ns`` columns; ``layers`` counts them)."""
@@ -378,7 +386,8 @@ def device_moe(act: DeviceActivity, steps: pd.DataFrame, layers: Layers, rules: 
     return DeviceMoe(rank=act.rank, device=act.device, trace=str(act.trace.path), layer_source=source,
                      stage_sources=counts, layers=table, steps=len(steps),
                      comm_streams=[int(x) for x in np.unique(stream[ep])],
-                     expert_streams=[int(x) for x in np.unique(stream[st == MOE_STAGES.index("expert")])])
+                     expert_streams=[int(x) for x in np.unique(stream[st == MOE_STAGES.index("expert")])],
+                     kernel_stage=stage.astype(np.int8))
 
 
 def _step_numbers(steps: pd.DataFrame, ordinal: np.ndarray) -> np.ndarray:
