@@ -396,6 +396,14 @@ def test_diff_attributes_the_moe_change_to_the_stages(ep):
     assert rows["expert"]["delta_ns"] == 300_000 and rows["router"]["delta_ns"] == 0
     assert rows["combine"]["delta_ns"] > 0  # the others' combine waits for rank 1
     assert d.to_json()["moe"] == d.moe
+    from traceanalyzer.render.diff import print_diff, render_diff_html
+    from traceanalyzer.render.terminal import make_console
+
+    assert "<h3>MoE stages</h3>" in render_diff_html(d)
+    con = make_console(file=None)
+    with con.capture() as cap:
+        print_diff(d, con)
+    assert "MoE stages" in cap.get()
     for s in ep.values():  # every side's representative step adds up
         for dev in s.moe.devices:
             m = dev.step_median()

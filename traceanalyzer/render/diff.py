@@ -189,7 +189,7 @@ def render_diff_html(result: DiffResult, generated_at: datetime | None = None) -
     return template.render(
         version=__version__, generated=(generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
         headline=headline(result), verdict=result.step["verdict"], reasons=result.reasons,
-        sides=side_rows(result), attribution=result.attribution, step=result.step,
+        sides=side_rows(result), attribution=result.attribution, step=result.step, moe=result.moe,
         waterfall=waterfall_svg(result), kernels=kernel_rows(result), collectives=collective_rows(result),
         findings=result.findings, warnings=result.warnings, ms=fmt_ms, ns=fmt_ns,
         overlap=None if result.kernel_overlap is None else f"{100 * result.kernel_overlap:.0f} %",
