@@ -164,6 +164,7 @@ def test_hot_rank_fixture(ep):
     s = ep["hot"]
     imb = s.moe.imbalance
     assert set(imb["hot_rank"]) == {1} and (imb["extra_ns"] == 300_000).all()  # 2 × 300 µs against 300 µs
+    assert (imb["expert_max_ns"] - imb["expert_min_ns"] == 300_000).all()
     first = imb.iloc[0]  # each of the 3 others waits 300 µs for rank 1 in the first layer's combine
     assert (first["combine_wait_ns"], first["dispatch_wait_ns"]) == (900_000, 0)
     cold = next(d for d in s.moe.devices if d.rank == 0).layers.iloc[0]

@@ -398,8 +398,8 @@ def _step_numbers(steps: pd.DataFrame, ordinal: np.ndarray) -> np.ndarray:
     return np.where(ordinal >= 0, numbers[np.maximum(ordinal, 0)], -1)
 
 
-IMBALANCE_COLUMNS = ["step_ordinal", "layer", "ranks", "hot_rank", "expert_max_ns", "expert_median_ns", "extra_ns",
-                     "dispatch_wait_ns", "combine_wait_ns"]
+IMBALANCE_COLUMNS = ["step_ordinal", "layer", "ranks", "hot_rank", "expert_max_ns", "expert_median_ns",
+                     "expert_min_ns", "extra_ns", "dispatch_wait_ns", "combine_wait_ns"]
 
 
 def moe_summary(devices: list[DeviceMoe], run_ranks: set[int] | None = None) -> MoeSummary | None:
@@ -438,7 +438,8 @@ def moe_summary(devices: list[DeviceMoe], run_ranks: set[int] | None = None) -> 
             median = int(np.median(expert))
             out.append({"step_ordinal": int(o), "layer": int(layer), "ranks": len(g),
                         "hot_rank": int(g["rank"].to_numpy()[hot]), "expert_max_ns": int(expert[hot]),
-                        "expert_median_ns": median, "extra_ns": int(expert[hot]) - median,
+                        "expert_median_ns": median, "expert_min_ns": int(expert.min()),
+                        "extra_ns": int(expert[hot]) - median,
                         "dispatch_wait_ns": waits["dispatch"], "combine_wait_ns": waits["combine"]})
         if out:
             imbalance = pd.DataFrame(out, columns=IMBALANCE_COLUMNS)
