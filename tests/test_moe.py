@@ -356,7 +356,7 @@ def test_hf_moe_blocks(name: str, block: str):
     launched inside the ``nn.Module: <block>`` frames (raw: launch call by correlation, cuda_runtime or
     cuda_driver, on the module's thread inside its [ts, ts + dur)), and no attention or norm kernel of the
     ``Qwen2Moe*`` modules around them."""
-    path = HF / f"hf_{name}.json.gz"
+    path = HF / name / "rank0.json.gz"
     with gzip.open(path) as f:
         events = json.load(f, parse_float=Decimal)["traceEvents"]
     blocks = [e for e in events if e.get("cat") == "python_function" and e["name"].startswith(f"nn.Module: {block}")]
