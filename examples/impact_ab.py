@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import structure_shapes as ss  # noqa: E402
+import structure_shapes as ss
 
 SMALL = {"hidden": 2048, "heads": 16, "ffn": 5632, "kv_len": 1024}
 BIG = {"hidden": 4096, "heads": 32, "ffn": 14336, "kv_len": 2048}
@@ -244,7 +244,7 @@ def main() -> None:
         if "b" in fns:
             per_round = [statistics.median(rb["step_ms"]) - statistics.median(ra["step_ms"])
                          for ra, rb in zip((rd for rd in rounds if rd["variant"] == "a"),
-                                           (rd for rd in rounds if rd["variant"] == "b"))]
+                                           (rd for rd in rounds if rd["variant"] == "b"), strict=False)]
             out["change_ms"] = round(out["b_step_ms_median"] - out["a_step_ms_median"], 4)
             out["change_ms_per_round"] = [round(x, 4) for x in per_round]
         kdir = Path(args.kineto_dir) if args.kineto_dir else None

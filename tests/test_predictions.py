@@ -12,6 +12,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.analysis.results import Finding
+from traceanalyzer.testing.synth_moe import MoeEpOptions, write_moe_ep
 from traceanalyzer.testing.synth_story import write_story
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +46,15 @@ def _check(findings: list[Finding]) -> set[str]:
 def test_every_time_impact_is_a_prediction_with_a_range(tmp_path: Path) -> None:
     story = write_story(tmp_path / "story.sqlite")
     checked = _check(_findings([story]))
+    # the expert-parallel MoE replay: its imbalance and exposed dispatch / combine
+    checked |= _check(_findings([write_moe_ep(tmp_path / "hot.sqlite", MoeEpOptions(hot_rank=1, hot_factor=2.0))]))
+    checked |= _check(_findings([write_moe_ep(tmp_path / "serial.sqlite", MoeEpOptions(overlap=False))]))
     for path in FIXTURES:
         checked |= _check(_findings([path]))
     # the rules these traces exercise: communication, fusion, host, the pass gap, the straggler
     assert {"exposed_communication", "comm_serialized_with_compute", "allreduce_not_fused", "norm_not_fused",
-            "host_bound_no_cuda_graphs", "collective_host_cost", "straggler_wait"} <= checked, sorted(checked)
+            "host_bound_no_cuda_graphs", "collective_host_cost", "straggler_wait", "moe_expert_imbalance",
+            "moe_exposed_dispatch_combine"} <= checked, sorted(checked)
 
 
 @pytest.mark.parametrize("name", SHARED)

@@ -330,7 +330,7 @@ def export(traces: tuple[Path, ...], output: Path, fmt: str | None, append: bool
            step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
            window: str | None) -> None:
     """Write the summary of TRACES to a SQLite database: runs, traces, devices, kernels, memops, steps,
-    layers, collectives and findings, with foreign keys to traces, indexes on (trace_id, rank, device,
+    layers, collectives, findings and MoE layers, with foreign keys to traces, indexes on (trace_id, rank, device,
     start_ns) and full-text search on kernel names. Open it with sqlite3 or Datasette; docs/EXPORT.md has
     the tables and example queries.
 

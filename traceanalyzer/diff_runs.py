@@ -29,8 +29,8 @@ from .classify.engine import classes_shared
 from .trace import PathLike, Trace
 
 #: What the summaries inside a diff leave out (``SummaryOptions.skip``): no diff output (JSON, terminal, HTML) and
-#: no findings rule reads those parts (docs/DIFF.md, "Cost").
-DIFF_SKIPS = SKIPPABLE
+#: no findings rule reads those parts (docs/DIFF.md, "Cost"); the MoE layers stay (the diff's MoE stages).
+DIFF_SKIPS = SKIPPABLE - {"moe"}
 __all__ = ["DIFF_SCHEMA_VERSION", "VERDICTS", "DiffResult", "DiffSide", "diff", "diff_summaries"]
 
 

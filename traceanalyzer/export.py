@@ -43,9 +43,10 @@ FORMATS = ("sqlite", "perfetto")
 #: Output suffixes that mean a Perfetto trace when no format is given.
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".perfetto")
 TABLES = ("runs", "traces", "devices", "kernels", "memops", "steps", "layers", "collectives", "findings",
-          "critical_path")
+          "critical_path", "moe_layers")
 _WHERE = ["trace_id", "rank", "device"]
-_INDEXED = ("kernels", "memops", "steps", "layers", "collectives")  # indexed on (trace_id, rank, device, start_ns)
+# indexed on (trace_id, rank, device, start_ns)
+_INDEXED = ("kernels", "memops", "steps", "layers", "collectives", "moe_layers")
 
 
 @dataclass
@@ -297,6 +298,8 @@ def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
         rows["steps"] += _insert_frame(db, "steps", _with_device(dev.per_step, dev), tid)
         rows["layers"] += _insert_frame(db, "layers", _with_device(dev.per_layer, dev), tid)
         rows["collectives"] += _insert_frame(db, "collectives", _collective_frame(summary, dev), tid)
+        if dev.moe is not None:
+            rows["moe_layers"] += _insert_frame(db, "moe_layers", _with_device(dev.moe.layers, dev), tid)
     rows["findings"] = _insert_findings(db, summary, run_id, trace_ids)
     rows["critical_path"] = _insert_critical_path(db, summary, activities, run_id, trace_ids)
     _populate_fts(db, list(trace_ids.values()))
@@ -315,7 +318,7 @@ _SCHEMA: dict[str, dict[str, type]] = {
                 "overlap_pct": float, "steps": int, "step_ns_median": int, "comm_exposed_per_step_ns": int},
     "kernels": {"trace_id": int, "rank": int, "device": int, "stream": int, "start_ns": int, "end_ns": int,
                 "duration_ns": int, "name": str, "raw_name": str, "bucket": str, "subbucket": str,
-                "precision": str, "rule": str, "step": int, "layer": int, "correlation": int},
+                "precision": str, "rule": str, "step": int, "layer": int, "correlation": int, "moe_stage": str},
     "memops": {"trace_id": int, "rank": int, "device": int, "stream": int, "start_ns": int, "end_ns": int,
                "duration_ns": int, "kind": str, "copy_kind": str, "bytes": int, "name": str, "bucket": str,
                "step": int, "layer": int},
@@ -329,6 +332,8 @@ _SCHEMA: dict[str, dict[str, type]] = {
     "critical_path": {"run_id": int, "trace_id": int, "step_ordinal": int, "step": int, "step_rank": int,
                       "rank": int, "start_ns": int, "end_ns": int, "duration_ns": int, "category": str,
                       "bucket": str, "edge": str},
+    "moe_layers": {"trace_id": int, "rank": int, "device": int, "step": int, "layer": int, "start_ns": int,
+                   "end_ns": int, "kernels": int, "moe_ns": int},
     "findings": {"run_id": int, "trace_id": int, "id": str, "title": str, "impact_ns_per_step": int,
                  "impact_pct_of_step": float, "severity": str, "recommendation": str, "rank": int, "device": int,
                  "evidence": str},
@@ -348,6 +353,8 @@ def _create_schema(db: sqlite_utils.Database) -> None:
         _t(db, name).create(_SCHEMA[name], foreign_keys=keys)
         if name in _INDEXED:
             _t(db, name).create_index([*_WHERE, "start_ns"], index_name=f"idx_{name}_where_start")
+    if "moe_stage" not in _t(db, "kernels").columns_dict:  # a database an earlier version made (--append)
+        _t(db, "kernels").add_column("moe_stage", str)
     if "idx_kernels_bucket" not in {i.name for i in _t(db, "kernels").indexes}:
         _t(db, "kernels").create_index(["trace_id", "bucket", "step"], index_name="idx_kernels_bucket")
         _t(db, "devices").create_index(_WHERE, index_name="idx_devices_where")
@@ -471,7 +478,15 @@ def _insert_kernels(db: sqlite_utils.Database, dev: DeviceSummary, act: DeviceAc
         "raw_name": raw, "bucket": act.kernel_bucket.tolist(),
         "subbucket": _strings(trace, k, "subbucket_id"), "precision": _strings(trace, k, "precision_id"),
         "rule": _strings(trace, k, "rule_id"), "step": _steps_of(dev, start), "layer": layer,
-        "correlation": k["correlation"]})
+        "correlation": k["correlation"], "moe_stage": _moe_stages(dev, len(k))})
+
+
+def _moe_stages(dev: DeviceSummary, n: int) -> list[str | None]:
+    """The MoE stage of each of the device's ``n`` kernels (docs/MOE.md), None where none."""
+    moe = dev.moe
+    if moe is None or len(moe.kernel_stage) != n:
+        return [None] * n
+    return list(moe.stage_names())
 
 
 def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, act: DeviceActivity, layers: Layers,

@@ -136,6 +136,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
     findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
     from .analysis.cross_rank import analyze_cross_rank
+    from .analysis.moe import moe_summary
     from .analysis.platform import platform_facts
     from .analysis.results import RunCompleteness, Summary
     from .analysis.runs import group_runs, run_warnings
@@ -160,6 +161,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
                      extra={"runs": [r.to_json() for r in runs],
                             "ranks_missing": sum(r.ranks_missing for r in runs)})
     result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
+    result.moe = moe_summary([d.moe for d in devices if d.moe is not None], {d.rank for d in run_devices})
     if options.gpu_log is not None:
         result.power = _power(headers, devices, options.gpu_log, options.extra.get("gpu_log_utc_offset_s"),
                               options.extra.get("gpu_log_tz"))

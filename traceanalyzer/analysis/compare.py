@@ -52,6 +52,9 @@ class DiffSide:
     step_confidence: str = "low"  # the lowest of the devices' (high: marked by the program … low: detected)
     kernel_groups: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # per device-step, by name
     collective_table: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)  # per device-step, by kind
+    # the MoE stages' exclusive time of the representative MoE step, mean over the MoE devices (docs/MOE.md); they
+    # add up to ``moe["moe_ns"]``; None without MoE work
+    moe: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"traces": [t.path for t in self.summary.traces], "formats": sorted({t.format for t in
@@ -77,6 +80,9 @@ class DiffResult:
     reasons: list[str]
     kernel_overlap: float | None
     warnings: list[str] = field(default_factory=list)
+    # per MoE stage: before_ns, after_ns, delta_ns (exclusive, per step; the stage Δs add up to the MoE time's
+    # Δ, the last row); None when neither side has MoE work
+    moe: list[dict[str, Any]] | None = None
 
     def slower_than(self, pct: float) -> bool:
         """Whether the after step is slower by more than ``pct`` % and by more than the noise (the CI gate)."""
@@ -90,7 +96,8 @@ class DiffResult:
                 "after": self.after.to_json(), "step": self.step, "attribution": self.attribution,
                 "comparable": self.comparable, "reasons": self.reasons, "kernel_overlap": self.kernel_overlap,
                 "kernels": _records(self.kernels), "collectives": _records(self.collectives),
-                "findings": self.findings, "warnings": self.warnings}
+                "findings": self.findings, "warnings": self.warnings,
+                **({"moe": self.moe} if self.moe is not None else {})}
 
     def _repr_html_(self) -> str:
         s = self.step
@@ -186,10 +193,33 @@ def build_side(summary: Summary) -> DiffSide:
     light = replace(summary, states={})
     if not parts:
         return DiffSide(light, None, 0, 0, {}, world, _layers_per_step(summary), sources, confidence, groups,
-                        collectives)
+                        collectives, moe=_moe_side(summary))
     components = _round_parts(_mean_parts(parts))
     return DiffSide(light, sum(components.values()), round(max(spreads)), steps, components, world,
-                    _layers_per_step(summary), sources, confidence, groups, collectives)
+                    _layers_per_step(summary), sources, confidence, groups, collectives, moe=_moe_side(summary))
+
+
+def _moe_side(summary: Summary) -> dict[str, int] | None:
+    """The MoE stages' exclusive time per step of one side (``DiffSide.moe``)."""
+    from ..buckets import MOE_STAGES
+
+    moe = summary.moe
+    devices = [d.step_median() for d in getattr(moe, "devices", None) or []]
+    devices = [m for m in devices if m]
+    if not devices:
+        return None
+    parts = {s: round(float(np.mean([m.get(f"{s}_exclusive_ns", 0) for m in devices]))) for s in MOE_STAGES}
+    return {**parts, "moe_ns": sum(parts.values())}
+
+
+def _moe_rows(before: DiffSide, after: DiffSide) -> list[dict[str, Any]] | None:
+    """Per MoE stage (then the MoE time) before, after and Δ: the stage Δs add up to the MoE time's."""
+    if before.moe is None and after.moe is None:
+        return None
+    b, a = before.moe or {}, after.moe or {}
+    names = [k for k in (b or a) if k != "moe_ns"] + ["moe_ns"]
+    return [{"stage": "moe" if k == "moe_ns" else k, "before_ns": b.get(k, 0), "after_ns": a.get(k, 0),
+             "delta_ns": a.get(k, 0) - b.get(k, 0)} for k in names]
 
 
 def _attribution(before: DiffSide, after: DiffSide) -> list[dict[str, Any]]:
@@ -255,7 +285,7 @@ def compare(side_b: DiffSide, side_a: DiffSide, *, min_noise_pct: float = MIN_NO
                       collectives=compare_collectives(side_b.collective_table, side_a.collective_table),
                       findings=compare_findings(before.findings, after.findings, step["noise_ns"] or 0),
                       comparable=not reasons,
-                      reasons=reasons, kernel_overlap=overlap, warnings=warnings)
+                      reasons=reasons, kernel_overlap=overlap, warnings=warnings, moe=_moe_rows(side_b, side_a))
 
 
 def diff_summaries(before: Summary, after: Summary, *, min_noise_pct: float = MIN_NOISE_PCT) -> DiffResult:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..buckets import EXCLUSIVE_PRECEDENCE
 from ..classify.demangle import display_names
+from ..classify.rules import rule_set
 from ..errors import BadInputError
 from ..trace import Table, Trace
 from . import intervals as iv
@@ -33,6 +34,7 @@ from .collectives import collective_instances
 from .frames import array_of, empty_frame, frame
 from .grouped import distinct, run_quantile, sorted_runs
 from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
+from .moe import device_moe
 from .results import DeviceFigures, DeviceSummary
 from .steps import StepStructure, annotation_names, find_steps, has_range
 from .what_if_range import HostEvents, host_event_counts
@@ -270,6 +272,7 @@ def device_work(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | N
     per_step = frame({**_step_columns(steps), "busy_ns": buckets.busy_per_step,
                       "idle_ns": (array_of(steps, "end_ns", np.int64) - array_of(steps, "start_ns", np.int64))
                       - buckets.busy_per_step, **comm.per_step, **buckets.per_step})
+    moe = None if "moe" in skip else device_moe(act, steps, layers, rule_set(getattr(options, "rules", None)))
     comm_streams, compute_streams, serialized, on_shared_pct = _streams(act)
     whole_top = None if "top_kernels" in skip else top_kernels(act)
     step_numbers, step_top = in_steps(act, windows, buckets.within, whole_top, numbers="in_steps" not in skip)
@@ -293,6 +296,7 @@ def device_work(trace: Trace, rank: int, device: int, *, steps: pd.DataFrame | N
                               comm_on_compute_stream_pct=on_shared_pct, kernels=len(act.kernels),
                               memops=len(act.memops), window_ns=(lo, hi), layers=len(layers.table),
                               warnings=tuple(warnings)),
+        moe=moe,
     )
     return DeviceWork(summary, DeviceState(act, layers, host_event_counts(trace, rank, per_step)))
 

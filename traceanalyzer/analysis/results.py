@@ -16,6 +16,7 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from .device import DeviceKey, DeviceState
+    from .moe import DeviceMoe, MoeSummary
 
 JSON_SCHEMA_VERSION = "1.0"
 
@@ -99,6 +100,8 @@ class DeviceSummary:
     in_steps: dict[str, Any] = field(default_factory=dict)
     comm_idle_gaps_ns: pd.DataFrame = field(default_factory=_empty_df)  # exposed comm segments
     figures: DeviceFigures | None = None  # None in hand-built summaries (tests)
+    # the device's MoE layers, None without MoE work; in JSON through Summary.moe
+    moe: DeviceMoe | None = field(default=None, repr=False, compare=False)
 
     # the figures' JSON names as attributes (notebooks read them), with their values when ``figures`` is None
     @property
@@ -447,6 +450,7 @@ class Summary:
     # it: what the export and the diff read without loading the files again. Never in JSON; empty in a Summary of
     # the Dask engine (its traces stay on the workers) and in one made by hand
     states: dict[DeviceKey, DeviceState] = field(default_factory=dict, repr=False, compare=False)
+    moe: MoeSummary | None = None  # the MoE layers of every device; None (no JSON key) without MoE work
 
     def _repr_html_(self) -> str:
         """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
@@ -475,6 +479,8 @@ class Summary:
             out["power"] = self.power
         if self.platform is not None:
             out["platform"] = self.platform.to_json()
+        if self.moe is not None:
+            out["moe"] = self.moe.to_json()
         out.update(self.extra)
         return out
 

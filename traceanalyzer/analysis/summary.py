@@ -21,9 +21,10 @@ from .results import TraceMeta
 #: figures no finding's id, title or impact reads (the fusion rules' per-chain medians and per-step totals, their
 #: steps and following kernels) are left out of ``Finding.evidence``. ``layer_numbers``: the per-layer table
 #: (``per_layer``) keeps its layers and their steps and windows but leaves out their times (``comm_ns``,
-#: ``comm_exposed_ns``, ``compute_ns``).
+#: ``comm_exposed_ns``, ``compute_ns``). ``moe``: the MoE layers (``Summary.moe``, docs/MOE.md; the MoE findings
+#: then stay silent).
 SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle_gaps", "what_if_range",
-                       "finding_evidence", "layer_numbers"})
+                       "finding_evidence", "layer_numbers", "moe"})
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 * cuBLAS/dense GEMMs launched inside an NVTX / user-annotation range named like an MoE block
   (``experts``, ``moe``) by an eager per-expert loop become ``moe_gemm`` — only in range instances
-  that hold no grouped MoE kernel already (there the dense GEMM is the router or a shared expert).
+  that hold no grouped MoE kernel already (there the dense GEMM is the router or a shared expert), and never
+  in a range named like a shared expert (``shared_experts``).
 * NCCL ``SendRecv`` kernels under an ``all_to_all`` range get the sub-bucket ``all_to_all``.
 
 A kernel is "inside" a range when its GPU start lies in a GPU-side annotation of its device
@@ -19,17 +20,30 @@ import numpy as np
 
 from ..trace import Trace
 
-MOE_RANGE = re.compile(r"expert|moe", re.IGNORECASE)
+#: A range of an MoE block: its name says MoE or experts and names no other part of a model (HF module classes carry
+#: the family's name: ``Qwen2MoeAttention``, ``Qwen2MoeDecoderLayer`` are no MoE blocks, ``Qwen2MoeSparseMoeBlock``
+#: and ``MixtralExperts`` are).
+MOE_RANGE = re.compile(r"^(?!.*(attention|attn|decoder|model|norm|causal_?lm|embedding|rotary))(?=.*(expert|moe))",
+                       re.IGNORECASE)
+#: A shared expert's range: its dense GEMMs are no eager expert loop (they run beside the routed experts).
+SHARED_EXPERT_RANGE = re.compile(r"shared_?experts?", re.IGNORECASE)
 ALL_TO_ALL_RANGE = re.compile(r"all_?to_?all|alltoall", re.IGNORECASE)
 _GPU_KINDS = ("gpu_user_annotation",)
+#: Of the Python frames a profiler records (``with_stack``), only the modules name a part of the model: a frame
+#: ``path.py(12): fn`` is named after its file and function (``modeling_qwen2_moe.py``, ``_must_dispatch_in_python``).
+_MODULE_FRAME = re.compile(r"^nn\.Module: ")
 _CPU_KINDS = ("nvtx", "user_annotation", "cpu_op", "python_function")
 
 
 def _ids_matching(trace: Trace, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
-    """Boolean mask of rows whose string id's text matches ``pattern`` (-1: none): each string of the pool tested
-    once, looked up by id (no sort of the rows)."""
-    hit = np.array([bool(pattern.search(text)) for text in trace.strings.values] + [False], dtype=bool)
-    return hit[np.where(ids >= 0, ids, len(hit) - 1)] if len(ids) else np.zeros(0, dtype=bool)
+    """Boolean mask of rows whose string id's text matches ``pattern`` (-1: none): each distinct id of the rows
+    tested once (not the whole string pool), spread back by position."""
+    if not len(ids):
+        return np.zeros(0, dtype=bool)
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    values = trace.strings.values
+    hit = np.array([i >= 0 and bool(pattern.search(values[i])) for i in distinct.tolist()], dtype=bool)
+    return hit[inverse.ravel()]
 
 
 def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -59,22 +73,41 @@ def _instances(points: np.ndarray, point_group: np.ndarray, starts: np.ndarray, 
 def _range_instance(trace: Trace, pattern: re.Pattern[str], rows: np.ndarray) -> np.ndarray:
     """For the kernels ``rows`` (indexes), the id of a matching range instance that contains each (``-1`` if none).
     Only ids of the same call compare: a GPU-side instance and a CPU one never share an id."""
-    k, r = trace.kernels, trace.ranges
-    result = np.full(len(rows), -1, dtype=np.int64)
-    if len(rows) == 0 or len(r) == 0:
+    k, api = trace.kernels, trace.api_calls
+    if len(rows) == 0 or len(trace.ranges) == 0:
+        return np.full(len(rows), -1, dtype=np.int64)
+    launch = np.full(len(rows), -1, dtype=np.int64)
+    if len(api):
+        correlation = k["correlation"][rows]
+        row = launch_rows(api["pid"], api["correlation"], k["pid"][rows], correlation)
+        launch = np.where(correlation >= 0, row, -1)
+    return range_instances(trace, pattern, k["start_ns"][rows], k["device"][rows], launch)
+
+
+def range_instances(trace: Trace, pattern: re.Pattern[str], gpu_start: np.ndarray, device: np.ndarray,
+                    launch_row: np.ndarray) -> np.ndarray:
+    """For kernels given by their GPU start, device and launching call (row of ``api_calls``, -1: none), the id
+    of a range instance whose name matches ``pattern`` and that holds each (``-1`` if none): a GPU-side
+    annotation of the device open at the kernel's start, else a CPU range of the launching thread open when the
+    launch call started (of the Python frames, only ``nn.Module`` ones). Overlapping ranges of one device or thread
+    are one instance."""
+    r = trace.ranges
+    result = np.full(len(gpu_start), -1, dtype=np.int64)
+    if len(gpu_start) == 0 or len(r) == 0:
         return result
     named = _ids_matching(trace, r["name_id"], pattern) & (r["end_ns"] >= r["start_ns"])
+    frames = _kind_in(trace, r["kind_id"], ("python_function",))
+    if frames.any():
+        named &= ~frames | _ids_matching(trace, r["name_id"], _MODULE_FRAME)
     gpu = named & _kind_in(trace, r["kind_id"], _GPU_KINDS) & (r["device"] >= 0)
     if gpu.any():
-        result = _instances(k["start_ns"][rows], k["device"][rows].astype(np.int64), r["start_ns"][gpu],
-                            r["end_ns"][gpu], r["device"][gpu].astype(np.int64))
+        result = _instances(np.asarray(gpu_start, dtype=np.int64), np.asarray(device).astype(np.int64),
+                            r["start_ns"][gpu], r["end_ns"][gpu], r["device"][gpu].astype(np.int64))
     cpu = named & _kind_in(trace, r["kind_id"], _CPU_KINDS)
     api = trace.api_calls
     if cpu.any() and len(api):
-        correlation = k["correlation"][rows]
-        row = launch_rows(api["pid"], api["correlation"], k["pid"][rows], correlation)
-        linked = (row >= 0) & (correlation >= 0)
-        row = np.maximum(row, 0)
+        linked = launch_row >= 0
+        row = np.maximum(launch_row, 0)
         # an unlinked kernel's group matches no thread (a thread key can be -1: pid 0, tid -1)
         launch_group = np.where(linked, _thread_of(api["pid"][row], api["tid"][row]), _NO_THREAD)
         cpu_ids = _instances(api["start_ns"][row], launch_group, r["start_ns"][cpu], r["end_ns"][cpu],
@@ -145,6 +178,8 @@ def refine_with_context(trace: Trace) -> Trace:
         has_moe[inst[moe_rows]] = True
         move = (bucket[rows] == gemm) & (inst >= 0)
         move[move] = ~has_moe[inst[move]]
+        if move.any():
+            move[move] = _range_instance(trace, SHARED_EXPERT_RANGE, rows[move]) < 0
         # the names interned as before, moves or not (the string pool stays as it was)
         ids = {c: strings.intern(v) for c, v in (("bucket_id", "moe_gemm"), ("subbucket_id", "eager_expert_gemm"),
                                                   ("rule_id", "context.moe_range"))}

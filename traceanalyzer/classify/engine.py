@@ -33,6 +33,7 @@ class KernelClass:
     fused: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     normalized: str = ""
+    moe_stage: str | None = None  # the part of an MoE layer by name (buckets.MOE_STAGES), docs/MOE.md
 
     def to_dict(self) -> dict[str, Any]:
         """The ``classify --json`` contract keys first, then the extra tags."""
@@ -48,11 +49,12 @@ class KernelClass:
             "fused": list(self.fused),
             "tags": list(self.tags),
             "normalized": self.normalized,
+            "moe_stage": self.moe_stage,
         }
 
 
 _KEYS = ("name", "bucket", "subbucket", "precision", "confidence", "rule", "fp4_format", "arch", "fused", "tags",
-         "normalized")
+         "normalized", "moe_stage")
 _RECORD = "  {\n" + ",\n".join(f'    "{key}": %s' for key in _KEYS) + "\n  }"
 
 
@@ -70,7 +72,8 @@ def classes_json(classes: Sequence[KernelClass]) -> str:
 
     return "[\n" + ",\n".join(_RECORD % (
         _escape(c.name), _escape(c.bucket), _escape(c.subbucket), _escape(c.precision), _escape(c.confidence),
-        _escape(c.rule), text(c.fp4_format), text(c.arch), strings(c.fused), strings(c.tags), _escape(c.normalized))
+        _escape(c.rule), text(c.fp4_format), text(c.arch), strings(c.fused), strings(c.tags), _escape(c.normalized),
+        text(c.moe_stage))
         for c in classes) + "\n]"
 
 
@@ -202,6 +205,7 @@ def classify_one(raw: str, rules: RuleSet) -> KernelClass:
         fused=fused,
         tags=rule.tags + extra_tags,
         normalized=norm,
+        moe_stage=rule.moe_stage,
     )
 
 

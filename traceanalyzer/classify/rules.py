@@ -17,6 +17,7 @@ A rules file is a list of ``[[rule]]`` tables, checked top to bottom; the first 
     fused = ["allreduce", "rmsnorm"]
     tags = ["fused_comm"]
     confidence = "low"          # default "high"
+    moe_stage = "router"        # the part of an MoE layer the kernel is (buckets.MOE_STAGES; docs/MOE.md)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..buckets import BUCKETS
+from ..buckets import BUCKETS, MOE_BUCKETS, MOE_STAGES
 from ..errors import RulesError
 from .prefilter import required_literals
 
@@ -44,7 +45,7 @@ FP4_FORMATS: tuple[str, ...] = ("nvfp4", "mxfp4")
 CONFIDENCES: tuple[str, ...] = ("high", "low")
 
 _KEYS = {"id", "match", "bucket", "subbucket", "on", "case_sensitive", "not_match", "not_prefix", "precision",
-         "fp4_format", "fused", "tags", "confidence", "note"}
+         "fp4_format", "fused", "tags", "confidence", "note", "moe_stage"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Rule:
     source: str = "default"
     lowercase: bool = False  # case-insensitive rule compiled for lower-cased text (3x faster than IGNORECASE)
     literals: tuple[str, ...] | None = None  # one of them is in every text the pattern matches (prefilter)
+    moe_stage: str | None = None  # the part of an MoE layer (buckets.MOE_STAGES), None: not MoE work by name
 
     def matches(self, name: str, head: str, lname: str, lhead: str) -> bool:
         """Whether this rule applies to a normalised name.
@@ -247,7 +249,13 @@ def compile_rule(raw: Any, index: int, path: str) -> Rule:
         source=path,
         lowercase=lowercase,
         literals=required_literals(pattern),
+        moe_stage=_choice(raw, "moe_stage", MOE_STAGES, where, path) or _default_stage(bucket),
     )
+
+
+def _default_stage(bucket: str) -> str | None:
+    """The MoE stage of a rule that names none: expert GEMM buckets are the experts (docs/MOE.md)."""
+    return "expert" if bucket in MOE_BUCKETS else None
 
 
 def parse_rules(text: str, path: str) -> tuple[Rule, ...]:

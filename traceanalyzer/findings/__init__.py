@@ -25,7 +25,7 @@ Rule = Callable[[FindingContext], list[Finding]]
 
 def _registry() -> dict[str, Rule]:
     """Rule id → rule, in :data:`RULE_IDS` order (a test checks it; the rule modules are imported on first use)."""
-    from . import comm_rules, fusion_rules, host_rules, metric_rules, pass_rules, rank_rules
+    from . import comm_rules, fusion_rules, host_rules, metric_rules, moe_rules, pass_rules, rank_rules
     from . import rule_ids as ids
 
     return {
@@ -45,6 +45,9 @@ def _registry() -> dict[str, Rule]:
         ids.COLLECTIVES_WITHOUT_KERNELS: host_rules.collectives_without_kernels,
         ids.LOW_TENSOR_ACTIVITY: metric_rules.low_tensor_activity,
         ids.GPU_POWER_UNDERUSE: metric_rules.gpu_power_underuse,
+        ids.MOE_EXPOSED_DISPATCH_COMBINE: moe_rules.exposed_dispatch_combine,
+        ids.MOE_EXPERT_IMBALANCE: moe_rules.expert_imbalance,
+        ids.MOE_ROUTING_OVERHEAD: moe_rules.routing_overhead,
     }
 
 

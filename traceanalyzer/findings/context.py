@@ -50,6 +50,8 @@ class FindingThresholds:
     bandwidth_min_bytes: int = 1 << 20  # only messages at least this large are bandwidth-bound
     power_min_pct_of_limit: float = 50.0  # mean power below this share of the limit is reported
     min_impact_pct: float = 1.0  # findings worth less than this share of a step are dropped
+    moe_imbalance_min_pct: float = 10.0  # hot rank's extra expert time, % of the median rank's expert time
+    moe_routing_min_pct: float = 25.0  # routing, permutation and un-permutation as a share of the MoE time
 
 
 @dataclass

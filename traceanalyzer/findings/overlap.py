@@ -5,8 +5,9 @@ The rules measure their time inside a few disjoint interval sets of a device's s
 
 * ``sm_idle_in_collectives``: the exposed communication intervals (a collective runs, no compute beside it).
   ``exposed_communication`` measures the whole set; ``comm_serialized_with_compute``, ``nccl_small_messages``,
-  ``low_comm_bandwidth`` and ``straggler_wait`` measure parts of it, and ``slow_rank``'s extra compute is what the
-  other ranks spend there waiting. The set's union per step is the device's ``comm_exposed_per_step_ns``.
+  ``low_comm_bandwidth``, ``straggler_wait`` and ``moe_exposed_dispatch_combine`` measure parts of it, and
+  ``slow_rank``'s and ``moe_expert_imbalance``'s extra compute is what the other ranks spend there waiting. The
+  set's union per step is the device's ``comm_exposed_per_step_ns``.
 * ``gpu_idle``: idle gaps inside steps (launch gaps of ``host_bound_no_cuda_graphs``, long gaps of
   ``idle_gaps_host_cause``, the gap between passes of ``host_gap_between_passes``, the host-side collective calls
   the GPU waits for). Its union is the device's idle time per step.
@@ -26,7 +27,8 @@ from . import rule_ids as ids
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "sm_idle_in_collectives": (ids.EXPOSED_COMMUNICATION, ids.COMM_SERIALIZED_WITH_COMPUTE, ids.NCCL_SMALL_MESSAGES,
-                               ids.LOW_COMM_BANDWIDTH, ids.STRAGGLER_WAIT, ids.SLOW_RANK),
+                               ids.LOW_COMM_BANDWIDTH, ids.STRAGGLER_WAIT, ids.SLOW_RANK,
+                               ids.MOE_EXPOSED_DISPATCH_COMBINE, ids.MOE_EXPERT_IMBALANCE),
     "gpu_idle": (ids.HOST_BOUND_NO_CUDA_GRAPHS, ids.IDLE_GAPS_HOST_CAUSE, ids.HOST_GAP_BETWEEN_PASSES,
                  ids.COLLECTIVE_HOST_COST, ids.COLLECTIVES_WITHOUT_KERNELS),
     "norm_chain": (ids.ALLREDUCE_NOT_FUSED, ids.NORM_NOT_FUSED),

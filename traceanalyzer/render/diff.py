@@ -92,6 +92,13 @@ def print_diff(result: DiffResult, console: Console | None = None) -> None:
     attribution.add_row("step", fmt_ms(s["before_ns"]), fmt_ms(s["after_ns"]), fmt_ms(s["delta_ns"], signed=True),
                         style="bold")
     con.print(attribution)
+    if result.moe:
+        moe = _table("MoE stages (ms/step, exclusive, the step of median MoE time; Δ adds up to the MoE Δ)",
+                     ["stage", "before", "after", "Δ"], [False, True, True, True])
+        for row in result.moe:
+            moe.add_row(row["stage"], fmt_ms(row["before_ns"]), fmt_ms(row["after_ns"]),
+                        fmt_ms(row["delta_ns"], signed=True), style="bold" if row["stage"] == "moe" else None)
+        con.print(moe)
     overlap = "—" if result.kernel_overlap is None else f"{100 * result.kernel_overlap:.0f} %"
     kernels = _table(f"Largest kernel changes (per device-step; {overlap} of kernel time matched)",
                      ["match", "bucket", "count", "before", "after", "Δ", "kernel"], [False, False, True, True, True,
@@ -182,7 +189,7 @@ def render_diff_html(result: DiffResult, generated_at: datetime | None = None) -
     return template.render(
         version=__version__, generated=(generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
         headline=headline(result), verdict=result.step["verdict"], reasons=result.reasons,
-        sides=side_rows(result), attribution=result.attribution, step=result.step,
+        sides=side_rows(result), attribution=result.attribution, step=result.step, moe=result.moe,
         waterfall=waterfall_svg(result), kernels=kernel_rows(result), collectives=collective_rows(result),
         findings=result.findings, warnings=result.warnings, ms=fmt_ms, ns=fmt_ns,
         overlap=None if result.kernel_overlap is None else f"{100 * result.kernel_overlap:.0f} %",

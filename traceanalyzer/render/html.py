@@ -22,6 +22,7 @@ import numpy as np
 from markupsafe import Markup
 
 from . import figures, sections
+from . import moe as moe_section
 from .formatting import fmt_ns
 
 if TYPE_CHECKING:
@@ -224,6 +225,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
         "metrics_plot": plots.add(figures.metric_figure(summary.gpu_metrics, plot_text)),
         "power": sections.power_rows(summary.power),
         "notes": sections.method_notes(summary),
+        **moe_section.html_context(summary, plots.add, plot_text),
     }
     boot = _asset("report.js")
     plotly_js = None if cdn else _plotly_js()

@@ -208,6 +208,21 @@ def _bucket_table(con: Console, summary: Summary) -> list[Any]:
                    [False] + [True] * len(buckets))
 
 
+def _print_moe(con: Console, summary: Summary) -> None:
+    """The MoE section (render/moe.py): per device the MoE time per step split by stage; nothing without MoE."""
+    from .moe import device_rows, source_lines
+
+    rows = device_rows(summary)
+    if rows is None:
+        return
+    cols, body = rows
+    title = "MoE layers per step (the step of median MoE time; stages exclusive, % of MoE time)"
+    for table in _fitted(con, title, cols, [[_text(c) for c in r] for r in body], [False] + [True] * (len(cols) - 1)):
+        con.print(table)
+    for line in source_lines(summary):
+        con.print(_text(line))
+
+
 def _findings_table(summary: Summary) -> Table:
     from .sections import findings as finding_rows
 
@@ -273,6 +288,7 @@ def print_summary(summary: Summary, console: Console | None = None, err_console:
     if any(d.bucket_exclusive_ns for d in summary.devices):
         for table in _bucket_table(con, summary):
             con.print(table)
+    _print_moe(con, summary)
     if summary.findings:
         con.print(_findings_table(summary))
         from .sections import combined_line
