@@ -20,7 +20,8 @@ from traceanalyzer.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
-KINETO_DIRS = sorted(p for p in (FIXTURES / "kineto").iterdir() if p.is_dir() and any(p.glob("*.json.gz")))  # not ab/
+# the two-rank capture folders (one file per rank; not ab/, nor the one-GPU graph_replay/)
+KINETO_DIRS = sorted(p for p in (FIXTURES / "kineto").iterdir() if p.is_dir() and len(list(p.glob("*.json.gz"))) == 2)
 NSYS_SERIAL = FIXTURES / "nsys" / "tp2_prefill_serial.sqlite"
 NSYS_OVERLAP_XZ = FIXTURES / "nsys" / "tp2_prefill_overlap.sqlite.xz"
 BUCKETS = {"moe_fp4_gemm", "moe_gemm", "gemm", "attention", "communication", "memory", "other"}

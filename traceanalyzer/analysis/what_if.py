@@ -92,8 +92,8 @@ def kernel_contention_ns(act: DeviceActivity) -> np.ndarray:
     communication beside it, where communication ran beside it (0 for communication kernels, kernels without
     such a baseline, and speed-ups); float64, multiples of 0.5 ns."""
     k = act.kernels
-    out = np.zeros(len(k), dtype=np.float64)
     compute = ~act.kernel_is_comm
+    out = np.zeros(len(compute), dtype=np.float64)
     if not compute.any() or len(act.comm[0]) == 0:
         return out
     s, dur = k["start_ns"][compute], k["end_ns"][compute]
