@@ -154,6 +154,8 @@ def window_views(conn: object, tables: dict[str, str], window: Window, keep: str
                                                      if window.end_s != float("inf") else "")
         if keep and table == "NVTX_EVENTS":
             cond = f"({cond}) OR {keep}"
+        allowed: set[str] = getattr(conn, "window_views", set())  # the export connection's authorizer reads these
+        allowed.add(table)
         conn.execute(f'CREATE TEMP VIEW "{table}" AS SELECT * FROM main."{table}" WHERE {cond}')  # type: ignore[attr-defined]
 
 
