@@ -272,7 +272,7 @@ def export(traces: tuple[Path, ...], output: Path, append: bool, rules: Path | N
                            layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
                            gpu_log_tz=gpu_log_tz)
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
-    click.echo(f"{result.path}: run {result.run_id} — {counts}")
+    click.echo(printable(f"{result.path}: run {result.run_id} — {counts}"))
 
 
 def _after_vs(args: list[str], command: click.Command) -> list[str]:
