@@ -93,7 +93,7 @@ def test_views_of_other_names_are_left_alone(capsys: pytest.CaptureFixture[str],
     """Extra-P adds views of its own names to real exports (../shared/data/nsys-public/extrap_*): never read, so
     never refused, even an endless one."""
     path = _copy(tmp_path)
-    _edit(path, f"CREATE VIEW EXTRAP_ENDLESS AS {ENDLESS}", f"CREATE VIRTUAL TABLE notes USING fts5(x)")
+    _edit(path, f"CREATE VIEW EXTRAP_ENDLESS AS {ENDLESS}", "CREATE VIRTUAL TABLE notes USING fts5(x)")
     code, out, err = run_cli(capsys, ["info", "--json", str(path)])
     assert code == 0, err
     assert json.loads(out)["counts"]["kernels"] == 2398  # SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL
@@ -107,7 +107,7 @@ def test_the_connection_runs_no_stored_program(tmp_path: Path) -> None:
     conn = connect(path)
     try:
         for sql in (ENDLESS, "SELECT * FROM endless LIMIT 1", "SELECT * FROM plain LIMIT 1"):
-            with pytest.raises(sqlite3.DatabaseError, match="not authorized|is prohibited"):
+            with pytest.raises(sqlite3.DatabaseError, match=r"not authorized|is prohibited"):
                 conn.execute(sql)
         assert conn.execute("SELECT COUNT(*) FROM StringIds").fetchone()[0] > 0
     finally:
@@ -249,12 +249,12 @@ def test_append_into_a_foreign_schema_is_exit_2(capsys: pytest.CaptureFixture[st
     """The issue's AlterError: tables named like the export's, without its keys."""
     db = tmp_path / "foreign.db"
     _edit(db, "CREATE TABLE runs (name TEXT)", "CREATE TABLE traces (path TEXT)", "CREATE TABLE kernels (k TEXT)")
-    code, out, err = _append(capsys, db)
+    code, _, err = _append(capsys, db)
     assert_error(code, err, db, "is not a traceanalyzer export: runs has no id primary key")
     db.unlink()
     _edit(db, "CREATE TABLE runs (id INTEGER PRIMARY KEY)", "CREATE TABLE traces (x)", "CREATE VIEW kernels AS "
           "SELECT 1")
-    code, out, err = _append(capsys, db)
+    code, _, err = _append(capsys, db)
     assert_error(code, err, db, "is not a traceanalyzer export: kernels is a view")
 
 
