@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import warnings
@@ -54,6 +55,13 @@ _WINDOW = click.option("--window", default=None, metavar="START:END",
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A number option that must be finite (click's FloatRange lets nan, inf and 1e309 through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", param=param)
+    return value
 
 
 def _analysis_options(fn: F) -> F:
@@ -163,9 +171,11 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @click.option("--scheduler", default=None, metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
               help="With --engine dask: the scheduler (tcp://HOST:8786; env DASK_SCHEDULER_ADDRESS); default: a "
                    "local cluster of -j worker processes. Workers read the trace files by path.")
+@click.option("--scheduler-timeout", type=click.FloatRange(min=0.1, max=3600), default=10.0, show_default=True,
+              metavar="SECONDS", callback=_finite, help="With --scheduler: how long to wait for it to answer.")
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
             jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
-            window: str | None, engine: str, scheduler: str | None) -> None:
+            window: str | None, engine: str, scheduler: str | None, scheduler_timeout: float) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -208,7 +218,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
                                  layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
-                                 engine=engine, scheduler=scheduler,
+                                 engine=engine, scheduler=scheduler, scheduler_timeout=scheduler_timeout,
                                  extra={"gpu_log_tz": gpu_log_tz} if gpu_log_tz else None)
     if as_json:
         _emit_json(result.to_json(), output, inputs)
@@ -320,7 +330,7 @@ class _DiffCommand(click.Command):
 @click.option("--json", "as_json", is_flag=True, help="Print the diff JSON (with its schema_version).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None,
               help="Also write the diff as a self-contained HTML file ('-': stdout, the tables then go to stderr).")
-@click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT",
+@click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT", callback=_finite,
               help="Exit 3 when the after step is slower by more than PCT % and by more than the noise.")
 @_RULES
 @_JOBS

@@ -57,7 +57,7 @@ def parse_window(text: str | Window | None) -> Window | None:
     """``"START:END"`` (seconds, END > START ≥ 0; either side may be empty: from the start / to the end)."""
     if text is None or isinstance(text, Window):
         return text
-    m = re.fullmatch(r"\s*([0-9.eE+]*)\s*:\s*([0-9.eE+]*)\s*", str(text))
+    m = re.fullmatch(r"\s*([0-9.eE+-]*)\s*:\s*([0-9.eE+-]*)\s*", str(text))
     try:
         start = float(m.group(1)) if m and m.group(1) else 0.0
         end = float(m.group(2)) if m and m.group(2) else float("inf")
@@ -66,7 +66,14 @@ def parse_window(text: str | Window | None) -> Window | None:
     if m is None or not (0 <= start < end):
         raise BadInputError(None, f"--window {text!r} is not START:END in seconds from the capture start "
                                   "(0 <= START < END, e.g. 10:12.5)")
+    if start > MAX_WINDOW_S or MAX_WINDOW_S < end < float("inf"):
+        raise BadInputError(None, f"--window {text!r}: START and END are at most {MAX_WINDOW_S:.3g} s (int64 "
+                                  "nanoseconds, 292 years)", "leave END empty for the rest of the capture")
     return Window(start, end)
+
+
+#: the largest window bound, in seconds: times are int64 nanoseconds
+MAX_WINDOW_S = ((1 << 63) - 1) / 1e9
 
 
 MEMINFO = Path("/proc/meminfo")

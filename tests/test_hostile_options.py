@@ -1,0 +1,212 @@
+"""Hostile inputs, round 3 (issue 30), families 4–6: user patterns and files, option values, Dask scheduler
+addresses and peers. Each case is exit 2 with one line naming the limit, quickly (nothing connects, nothing
+hangs); the Dask peers are sockets made here (nothing listening, a silent listener, one that answers garbage)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+KINETO_DIR = REPO / "fixtures" / "kineto" / "tp2_prefill_serial"
+KINETO_FILE = KINETO_DIR / "rank0.json.gz"
+pytestmark = pytest.mark.timeout(120)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, list[str]]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, [line for line in err.splitlines() if line.strip()]
+
+
+def assert_one_line(code: int, err: list[str], problem: str) -> None:
+    assert code == 2, err
+    assert len(err) == 1 and problem in err[0], err
+
+
+# -- user patterns and files ---------------------------------------------------------------------------------------
+def _rules(tmp_path: Path, match: str) -> Path:
+    path = tmp_path / "rules.toml"
+    path.write_text(f"[[rule]]\nid = \"mine\"\nbucket = \"gemm\"\nmatch = '{match}'\n")
+    return path
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", r"(\w*x?)*y", "(x(?:y|z+){3})+"])
+def test_catastrophic_patterns_are_refused_before_matching(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          pattern: str) -> None:
+    names = tmp_path / "names.txt"
+    names.write_text("a" * 5000 + "!\n")
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules", str(_rules(tmp_path, pattern))])
+    assert_one_line(code, err, "an unbounded repetition inside another")
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--layer-pattern", pattern])
+    assert_one_line(code, err, f"--layer-pattern {pattern!r} has an unbounded repetition inside another")
+    assert time.monotonic() - started < 20
+
+
+def test_plain_repeated_groups_stay_allowed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    names = tmp_path / "names.txt"
+    names.write_text("my_abab_kernel\n")
+    code, out, err = run_cli(capsys, ["classify", str(names), "--json", "--rules",
+                                      str(_rules(tmp_path, "my_(ab)+_k(?:er|ne)+l"))])
+    assert code == 0, err
+    assert '"rule": "mine"' in out
+
+
+def test_rules_files_that_are_too_big_or_too_deep(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    names = tmp_path / "names.txt"
+    names.write_text("k\n")
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (2 << 20) + "\n")
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules", str(big)])
+    assert_one_line(code, err, "rules file larger than 1 MiB")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules", str(deep)])
+    assert_one_line(code, err, "nested too deeply")
+    if Path("/dev/zero").exists():
+        code, _, err = run_cli(capsys, ["classify", str(names), "--rules", "/dev/zero"])
+        assert_one_line(code, err, "rules file larger than 1 MiB")
+
+
+# -- option values ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["nan", "inf", "1e309", "-inf"])
+def test_fail_if_slower_must_be_a_finite_percentage(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    code, _, err = run_cli(capsys, ["diff", str(KINETO_FILE), "--vs", str(KINETO_FILE), "--fail-if-slower", value])
+    assert code == 2 and len(err) == 1 and "--fail-if-slower" in err[0], err
+
+
+@pytest.mark.parametrize("window", ["1e300:1e301", "0:1e308", "1e10:"])
+def test_windows_beyond_int64_nanoseconds_are_bad_input(capsys: pytest.CaptureFixture[str], window: str) -> None:
+    code, _, err = run_cli(capsys, ["summary", "--json", str(KINETO_FILE), "--window", window])
+    assert_one_line(code, err, "START and END are at most 9.22e+09 s")
+
+
+def test_a_window_in_exponent_notation_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    """``5e-1:10`` was refused; it is the window 0.5 s to 10 s, as ``0.5:10`` (the same answer)."""
+    from traceanalyzer.loaders.limits import parse_window
+
+    assert parse_window("5e-1:1e1") == parse_window("0.5:10")
+    nsys = REPO / "fixtures" / "nsys" / "tp2_prefill_serial.sqlite"  # kernels from 7.75 s of its clock
+    a = run_cli(capsys, ["summary", "--json", str(nsys), "--window", "78e-1:8.3"])
+    b = run_cli(capsys, ["summary", "--json", str(nsys), "--window", "7.8:8.3"])
+    assert a[0] == 0 and a[1] == b[1]
+
+
+def test_a_gpu_log_from_year_9999_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    log = tmp_path / "power.csv"
+    log.write_text("timestamp, index, power.draw [W], power.limit [W]\n"
+                   "9999/11/30 14:29:52.363, 0, 300.0, 700.0\n")
+    code, _, err = run_cli(capsys, ["summary", "--json", str(KINETO_FILE), "--gpu-log", str(log)])
+    assert_one_line(code, err, "no readable timestamps")
+
+
+# -- Dask scheduler addresses and peers --------------------------------------------------------------------------------
+pytest.importorskip("distributed")
+
+
+@pytest.mark.parametrize(("address", "problem"), [
+    ("not-a-url", "is not [PROTOCOL://]HOST:PORT"),
+    ("tcp://:8786", "is not [PROTOCOL://]HOST:PORT"),
+    ("tcp://host:99999", "is not [PROTOCOL://]HOST:PORT"),
+    ("inproc://10.0.0.1/1/2", "uses inproc://"),
+    ("ucx://10.0.0.1:8786", "uses ucx://"),
+    ("tls://10.0.0.1:8786", "uses tls:// but dask's configuration has no client certificate"),
+    ("tcp://" + "h" * 100_000 + ":8786", "is 100,011 characters long"),
+])
+def test_bad_scheduler_addresses_are_refused_before_connecting(capsys: pytest.CaptureFixture[str], address: str,
+                                                              problem: str) -> None:
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler", address])
+    assert_one_line(code, err, problem)
+    assert time.monotonic() - started < 5 and len(err[0]) < 400
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[socket.socket, list[bytes]]]:
+    """A TCP listener on loopback; ``replies`` (set by the test) is what it sends each connection, then it holds
+    the connection open without a word."""
+    server = socket.create_server(("127.0.0.1", 0))
+    replies: list[bytes] = []
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            for reply in replies:
+                conn.sendall(reply)
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server, replies
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_nothing_listening_fails_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # closed when the block ends: nothing listens there
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler",
+                                    f"tcp://127.0.0.1:{port}"])
+    assert_one_line(code, err, f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("reply", "problem"), [
+    (b"", "is not a Dask scheduler: it said nothing within 2 s"),  # accepts, silent: was a hang
+    (b"\xff" * 64, "is not a Dask scheduler"),  # garbage: was a 3 EiB allocation, MemoryError
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "is not a Dask scheduler: it answered 8 bytes"),
+])
+def test_peers_that_are_not_dask_schedulers(capsys: pytest.CaptureFixture[str],
+                                            listener: tuple[socket.socket, list[bytes]], reply: bytes,
+                                            problem: str) -> None:
+    import re
+
+    server, replies = listener
+    replies.append(reply)
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler", address,
+                                    "--scheduler-timeout", "2"])
+    assert code == 2 and len(err) == 1 and re.search(problem, err[0]), err
+    assert time.monotonic() - started < 30
+
+
+def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--engine dask -j 16`` on two files started 16 workers (19 processes): now 2."""
+    from traceanalyzer import on_dask
+
+    asked: list[int] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(scheduler: object, jobs: int, timeout: float = 10.0) -> object:
+        asked.append(jobs)
+        raise Stop
+
+    monkeypatch.setattr(on_dask, "dask_client", fake)
+    with pytest.raises(Stop):
+        import traceanalyzer as ta
+
+        ta.summary([KINETO_DIR / "rank0.json.gz", KINETO_DIR / "rank1.json.gz"], engine="dask", jobs=16)
+    assert asked == [2]
