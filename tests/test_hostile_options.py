@@ -210,3 +210,34 @@ def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.Monk
 
         ta.summary([KINETO_DIR / "rank0.json.gz", KINETO_DIR / "rank1.json.gz"], engine="dask", jobs=16)
     assert asked == [2]
+
+
+def test_relative_paths_reach_workers_with_another_working_directory(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue: ``--engine dask`` with a relative path failed ("no such file") where the workers' working
+    directory differs. The workers here start in the repository; the driver runs in tmp_path, beside the file."""
+    import json
+    import logging
+    import shutil
+
+    from distributed import LocalCluster
+
+    shutil.copyfile(KINETO_FILE, tmp_path / "rank0.json.gz")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cluster:
+        monkeypatch.chdir(tmp_path)
+        code, out, err = run_cli(capsys, ["summary", "--json", "rank0.json.gz", "--engine", "dask", "--scheduler",
+                                          cluster.scheduler_address])
+        assert code == 0, err
+        assert [t["path"] for t in json.loads(out)["traces"]] == ["rank0.json.gz"]  # as the user named it
+
+
+def test_a_reader_that_leaves_ends_the_summary_quietly() -> None:
+    """``summary | head -1``: exit 0 and nothing on stderr (rich's own handling was a silent exit 1)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -m traceanalyzer.cli summary "{KINETO_DIR}" | head -1;'
+                           ' exit "${PIPESTATUS[0]}"'], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("traceanalyzer summary of")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.layer_pattern import check_layer_pattern
@@ -56,9 +57,9 @@ def summarize_on_dask(paths: Sequence[PathLike], opts: SummaryOptions, *, schedu
     files = [str(f) for f in expand_paths(list(paths), skipped)]
     win = parse_window(window)
     rules, jobs = opts.rules, opts.jobs
-    rules_path = None if rules is None else str(rules)
+    rules_path = None if rules is None else str(Path(rules).absolute())  # as the files: workers have their own cwd
     with dask_client(scheduler, min(jobs, max(len(files), 1)), timeout) as client:  # no idle workers
-        loaded = [client.submit(_load, f, rules_path, win, pure=False) for f in files]
+        loaded = [client.submit(_load, str(Path(f).absolute()), rules_path, win, f, pure=False) for f in files]
         if skipped and loaded:  # said once, with the first trace's warnings (as the local engine)
             loaded[0] = client.submit(_with_warnings, loaded[0], skipped, pure=False)
         facts_f = [client.submit(_facts, t, pure=False) for t in loaded]
@@ -246,8 +247,22 @@ class DaskTraceWork:
 
 
 # -- tasks (run on the workers) -------------------------------------------------------------------------------
-def _load(path: str, rules: str | None, window: Window | None) -> Trace:
-    return load_file(path, rules=rules, tables=SUMMARY_TABLES, window=window)
+def _load(path: str, rules: str | None, window: Window | None, shown: str | None = None) -> Trace:
+    """Load ``path`` (absolute: a worker's working directory is not the driver's) on a worker, the trace named
+    ``shown`` as the user named it; an error on the worker says which worker read the file."""
+    try:
+        trace = load_file(path, rules=rules, tables=SUMMARY_TABLES, window=window)
+    except BadInputError as exc:
+        try:
+            from distributed import get_worker
+
+            where = get_worker().address
+        except (ImportError, ValueError):
+            where = None
+        if where and exc.args:
+            exc.args = (f"{exc.args[0]} (read by Dask worker {where}, which needs the file at this path)",)
+        raise
+    return trace if shown is None or shown == path else replace(trace, path=shown)
 
 
 def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:

@@ -88,6 +88,15 @@ def _inert_console() -> type[Console]:
         def render_str(self, text: str, **kwargs: Any) -> Any:
             return super().render_str(printable(text, keep="\n"), **kwargs)
 
+        def on_broken_pipe(self) -> None:
+            """A reader that left (``| head -1``): stdout to /dev/null, as rich does, then BrokenPipeError, which
+            the CLI ends quietly with 0 (rich itself raises SystemExit(1), an exit 1 without a word)."""
+            if self.quiet:
+                return
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise BrokenPipeError
+
     return InertConsole
 
 
