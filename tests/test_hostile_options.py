@@ -241,3 +241,42 @@ def test_a_reader_that_leaves_ends_the_summary_quietly() -> None:
     proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -m traceanalyzer.cli summary "{KINETO_DIR}" | head -1;'
                            ' exit "${PIPESTATUS[0]}"'], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("traceanalyzer summary of")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc and fork")
+def test_sigterm_under_jobs_stops_the_workers(tmp_path: Path) -> None:
+    """The issue: SIGTERM 0.8 s into ``summary -j 2`` left both pool workers running. Now it ends as Ctrl-C does,
+    workers terminated, exit 143 (128 + SIGTERM)."""
+    import signal
+    import subprocess
+    import sys
+
+    from test_hostile import _pool_case, _survivors
+
+    script = _pool_case(tmp_path, bad=False)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), "sigterm"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.8)
+        proc.send_signal(signal.SIGTERM)  # the parent only, as `kill PID` does
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        time.sleep(0.5)
+        left = _survivors(str(script))
+    assert proc.returncode == 128 + signal.SIGTERM and left == []
+
+
+def test_a_result_cut_by_the_file_size_limit_is_exit_2(tmp_path: Path) -> None:
+    """``ulimit -f``: ``summary --json > file`` was silently truncated with exit 0."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.json"
+    proc = subprocess.run(["bash", "-c", f'ulimit -f 4; "{sys.executable}" -m traceanalyzer.cli summary --json '
+                           f'"{KINETO_DIR}" > "{out}"'], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["Error: cannot write the standard output: file too large (ulimit -f)"]

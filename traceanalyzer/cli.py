@@ -415,7 +415,50 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"Error: internal error: {type(exc).__name__}: {printable(exc)} — rerun with --traceback and "
                    "report it", err=True)
         return ExitCode.INTERNAL_ERROR
+    return _flushed()
+
+
+def _flushed() -> int:
+    """Flush stdout before saying 0: a result cut short by ``ulimit -f`` or a full disk behind a redirected stdout
+    is exit 2 with one line, not a silent truncation (a reader that left is still 0)."""
+    try:
+        sys.stdout.flush()
+        if _at_file_size_limit():
+            raise OSError(27, "file too large (ulimit -f)")
+    except BrokenPipeError:
+        return ExitCode.OK
+    except OSError as exc:
+        click.echo(f"Error: cannot write the standard output: {printable(exc.strerror or exc)}", err=True)
+        return ExitCode.BAD_INPUT
     return ExitCode.OK
+
+
+def _at_file_size_limit() -> bool:
+    """Whether stdout is a regular file written up to ``ulimit -f`` (RLIMIT_FSIZE): the write that crossed it was
+    cut short, which Python's buffered streams do not report."""
+    try:
+        import resource
+        import stat
+
+        fd = sys.stdout.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        return soft != resource.RLIM_INFINITY and os.lseek(fd, 0, os.SEEK_CUR) >= soft
+    except (ImportError, OSError, ValueError, AttributeError):
+        return False
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM ends the command as Ctrl-C does (worker pools terminated, temporary files removed by the ``finally``
+    blocks on the way out), with exit 143, the shell's code for it."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, handler)
 
 
 #: Arrays of this size and more get pages of their own from glibc's allocator (see :func:`_map_big_arrays`).
@@ -445,6 +488,7 @@ def run() -> None:
     """The ``traceanalyzer`` console script: :func:`main`, then leave without tearing the heap down object by object
     (the trace's arrays and names die with the process; 0.15 s on a 377 MB trace). Output is flushed first."""
     _map_big_arrays()
+    _terminate_as_interrupt()
     code = main()
     try:
         sys.stdout.flush()

@@ -82,14 +82,15 @@ CGROUP = Path("/sys/fs/cgroup")  # cgroup v2: memory.max and memory.current of t
 
 def memory_budget() -> int | None:
     """Bytes a load may use: ``TRACEANALYZER_MEMORY_LIMIT`` (``8G``, ``512M``, bytes), else the smaller of
-    ``MemAvailable`` and the room left under a cgroup v2 memory limit (a container's limit is not in meminfo)."""
+    ``MemAvailable``, the room left under a cgroup v2 memory limit (a container's limit is not in meminfo) and the
+    address space left under ``ulimit -v``."""
     text = os.environ.get("TRACEANALYZER_MEMORY_LIMIT", "").strip().upper()
     if text:
         m = re.fullmatch(r"([0-9.]+)\s*([KMGT]?)I?B?", text)
         if m is None:
             raise BadInputError(None, f"TRACEANALYZER_MEMORY_LIMIT={text!r} is not a size such as 8G or 512M")
         return int(float(m.group(1)) * _UNITS[m.group(2)])
-    found = [n for n in (_meminfo_available(), _cgroup_room()) if n is not None]
+    found = [n for n in (_meminfo_available(), _cgroup_room(), _address_space_room()) if n is not None]
     return min(found) if found else None
 
 
@@ -102,6 +103,21 @@ def _meminfo_available() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _address_space_room() -> int | None:
+    """Bytes of address space left under ``ulimit -v`` (RLIMIT_AS, soft) beyond what this process maps now; None
+    without a limit or where it cannot be read."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            return None
+        pages = int(Path("/proc/self/statm").read_text(encoding="ascii").split()[0])
+        return max(soft - pages * os.sysconf("SC_PAGE_SIZE"), 0)
+    except (ImportError, OSError, ValueError, IndexError):
+        return None
 
 
 def _cgroup_room() -> int | None:
