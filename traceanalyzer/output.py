@@ -210,8 +210,8 @@ def _replace_with(path: Path, fill: Callable[[str], None], *, make_folder: bool,
             os.close(fd)
             fill(tmp)
             os.chmod(tmp, mode)
-            if exclusive:
-                os.link(tmp, real)  # FileExistsError where a file appeared meanwhile; the temporary file goes
+            if exclusive and _linked(tmp, real):  # FileExistsError where a file appeared meanwhile
+                pass  # the temporary name goes in ``finally``
             else:
                 os.replace(tmp, real)
                 tmp = None
@@ -224,6 +224,20 @@ def _replace_with(path: Path, fill: Callable[[str], None], *, make_folder: bool,
                 for leftover in (tmp, *(tmp + s for s in SQLITE_SIDECARS)):
                     with contextlib.suppress(OSError):
                         os.unlink(leftover)
+
+
+def _linked(tmp: str, real: Path) -> bool:
+    """Link ``tmp`` at ``real`` only where no file is (FileExistsError otherwise); False on a file system without
+    hard links (the caller renames instead)."""
+    try:
+        os.link(tmp, real)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
+            return False
+        raise
+    return True
 
 
 def _remove_stale_temporaries(folder: Path, name: str) -> None:
