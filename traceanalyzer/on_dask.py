@@ -188,12 +188,48 @@ def dask_client(scheduler: str | None, jobs: int, timeout: float = CONNECT_TIMEO
     # no statistical profiler in the workers (sampling our deep stacks every 10 ms cost ~50 % more CPU)
     import dask
 
-    with dask.config.set({"distributed.worker.profile.enabled": False}), \
-            LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
-                         silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster) as client:
-        yield client
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        with _sigint_ignored():  # worker processes start with Ctrl-C ignored (a restarted one: ``dask_setup``)
+            cluster = LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
+                                   dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
+                                   silence_logs=logging.CRITICAL, preload=[__name__])
+        quiet = logging.getLogger("asyncio")  # a task cut by Ctrl-C is "never retrieved": said by our one line
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            with cluster, Client(cluster) as client:
+                yield client
+        finally:
+            quiet.setLevel(level)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the local cluster starts its worker processes, which inherit that (an ignored signal
+    stays ignored across exec, and Python leaves it so), so a Ctrl-C while they import does not make each print a
+    traceback. The cost: a Ctrl-C in that second is lost (press it again)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def dask_setup(worker: object) -> None:
+    """Run in each local-cluster worker process as it starts (``preload``): Ctrl-C reaches the whole process
+    group, and only the driver should act on it — it shuts the cluster down and says ``Interrupted.`` — not every
+    worker printing its traceback (68 lines)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskTraceWork:
