@@ -132,14 +132,19 @@ def test_names_split_across_processes_classify_as_in_one() -> None:
 
 
 # -- the gated normalisation and the lower-case precision patterns against their plain definitions ---------------
+# the regex definitions of the two suffix steps (normalize.py now does them in linear time, issue 30)
+_ROCM_SUFFIX = re.compile(r"(?:\s*\[clone [^\]]*\])+$|\.kd$")
+_TRUNCATED = re.compile(r"\s*(?:\.\.\.|…)\s*$")
+
+
 def _normalize_reference(raw: str) -> str:
     from traceanalyzer.classify import normalize as n
 
-    name = n._ROCM_SUFFIX.sub("", raw.strip())
-    name = n._ROCM_SUFFIX.sub("", name)
+    name = _ROCM_SUFFIX.sub("", raw.strip())
+    name = _ROCM_SUFFIX.sub("", name)
     if name.startswith("_Z"):
         name = n.demangle(name)
-    name = n._TRUNCATED.sub("", name)
+    name = _TRUNCATED.sub("", name)
     name = n._SPACES.sub(" ", name)
     name = n._strip_enable_if(n._RETURN_TYPE.sub("", name))
     name = n._ANON.sub("(anonymous namespace)", name)

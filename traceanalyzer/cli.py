@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import warnings
@@ -65,6 +66,13 @@ _NSYS = click.option("--nsys", type=_PATH, default=None, metavar="PATH", expose_
                           "env TRACEANALYZER_NSYS). The export is kept next to the report and reused.")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A number option that must be finite (click's FloatRange lets nan, inf and 1e309 through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", param=param)
+    return value
 
 
 def _analysis_options(fn: F) -> F:
@@ -176,9 +184,11 @@ def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
 @click.option("--scheduler", default=None, metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
               help="With --engine dask: the scheduler (tcp://HOST:8786; env DASK_SCHEDULER_ADDRESS); default: a "
                    "local cluster of -j worker processes. Workers read the trace files by path.")
+@click.option("--scheduler-timeout", type=click.FloatRange(min=0.1, max=3600), default=10.0, show_default=True,
+              metavar="SECONDS", callback=_finite, help="With --scheduler: how long to wait for it to answer.")
 def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: Path | None, rules: Path | None,
             jobs: int, step_range: str | None, layer_pattern: str, gpu_log: Path | None, gpu_log_tz: str | None,
-            window: str | None, engine: str, scheduler: str | None) -> None:
+            window: str | None, engine: str, scheduler: str | None, scheduler_timeout: float) -> None:
     """Per-device time breakdown, exposed communication, cross-rank wait, what-if and findings.
 
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
@@ -221,7 +231,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
     with progress_bar("loading") as progress:
         result = summarize_paths(list(traces), rules=rules, jobs=jobs, step_range=step_range,
                                  layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window,
-                                 engine=engine, scheduler=scheduler,
+                                 engine=engine, scheduler=scheduler, scheduler_timeout=scheduler_timeout,
                                  extra={"gpu_log_tz": gpu_log_tz} if gpu_log_tz else None)
     if as_json:
         _emit_json(result.to_json(), output, inputs)
@@ -352,7 +362,7 @@ def export(traces: tuple[Path, ...], output: Path, fmt: str | None, append: bool
                    f"{sum(result.slices.values()):,} slices — open it at ui.perfetto.dev")
         return
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items() if n and table != "runs")
-    click.echo(f"{result.path}: run {result.run_id} — {counts}")
+    click.echo(printable(f"{result.path}: run {result.run_id} — {counts}"))
 
 
 def _after_vs(args: list[str], command: click.Command) -> list[str]:
@@ -400,7 +410,7 @@ class _DiffCommand(click.Command):
 @click.option("--json", "as_json", is_flag=True, help="Print the diff JSON (with its schema_version).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, allow_dash=True), default=None,
               help="Also write the diff as a self-contained HTML file ('-': stdout, the tables then go to stderr).")
-@click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT",
+@click.option("--fail-if-slower", type=click.FloatRange(min=0), default=None, metavar="PCT", callback=_finite,
               help="Exit 3 when the after step is slower by more than PCT % and by more than the noise.")
 @_RULES
 @_JOBS
@@ -486,7 +496,50 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"Error: internal error: {type(exc).__name__}: {printable(exc)} — rerun with --traceback and "
                    "report it", err=True)
         return ExitCode.INTERNAL_ERROR
+    return _flushed()
+
+
+def _flushed() -> int:
+    """Flush stdout before saying 0: a result cut short by ``ulimit -f`` or a full disk behind a redirected stdout
+    is exit 2 with one line, not a silent truncation (a reader that left is still 0)."""
+    try:
+        sys.stdout.flush()
+        if _at_file_size_limit():
+            raise OSError(27, "file too large (ulimit -f)")
+    except BrokenPipeError:
+        return ExitCode.OK
+    except OSError as exc:
+        click.echo(f"Error: cannot write the standard output: {printable(exc.strerror or exc)}", err=True)
+        return ExitCode.BAD_INPUT
     return ExitCode.OK
+
+
+def _at_file_size_limit() -> bool:
+    """Whether stdout is a regular file written up to ``ulimit -f`` (RLIMIT_FSIZE): the write that crossed it was
+    cut short, which Python's buffered streams do not report."""
+    try:
+        import resource
+        import stat
+
+        fd = sys.stdout.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        return soft != resource.RLIM_INFINITY and os.lseek(fd, 0, os.SEEK_CUR) >= soft
+    except (ImportError, OSError, ValueError, AttributeError):
+        return False
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM ends the command as Ctrl-C does (worker pools terminated, temporary files removed by the ``finally``
+    blocks on the way out), with exit 143, the shell's code for it."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, handler)
 
 
 #: Arrays of this size and more get pages of their own from glibc's allocator (see :func:`_map_big_arrays`).
@@ -516,6 +569,7 @@ def run() -> None:
     """The ``traceanalyzer`` console script: :func:`main`, then leave without tearing the heap down object by object
     (the trace's arrays and names die with the process; 0.15 s on a 377 MB trace). Output is flushed first."""
     _map_big_arrays()
+    _terminate_as_interrupt()
     code = main()
     try:
         sys.stdout.flush()

@@ -6,14 +6,21 @@ import re
 from enum import IntEnum
 from pathlib import Path
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: what a terminal acts on instead of showing: C0 and C1 controls (newlines, ESC of ANSI/OSC sequences, BEL), DEL,
+#: and the Unicode controls that reorder or break what follows (bidi embeddings, overrides and isolates U+202A–202E,
+#: U+2066–2069, the marks U+200E, U+200F, U+061C; line and paragraph separators U+2028, U+2029)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def printable(text: object) -> str:
-    """``text`` safe for one terminal line: control characters (newlines, ANSI escapes, C1 codes) shown as
-    ``\\n``, ``\\x1b``… instead of acting on the terminal."""
+def printable(text: object, *, keep: str = "") -> str:
+    """``text`` made inert for a terminal, the one sanitizer of everything shown there: each control character
+    (newlines, ANSI/OSC escapes, C1 codes, bidi controls) shown as ``\\n``, ``\\x1b``, ``\\u202e`` instead of
+    acting on the terminal. ``keep``: characters left as they are (the line breaks of rendered tables)."""
     def escape(m: re.Match[str]) -> str:
-        return repr(m.group())[1:-1]
+        char = m.group()
+        if char in keep:
+            return char
+        return repr(char)[1:-1] if ord(char) < 0x100 else f"\\u{ord(char):04x}"
 
     return _CONTROL.sub(escape, str(text))
 

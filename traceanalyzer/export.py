@@ -14,7 +14,9 @@ docs/PERFETTO.md): the kernels, copies and annotation ranges per rank and stream
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -135,40 +137,120 @@ def check_output(target: Path, inputs: Iterable[PathLike], *, append: bool) -> N
         _check_appendable(target)
 
 
+#: seconds an ``append`` waits for another writer of the same database (another ``export --append``) to finish
+APPEND_WAIT_S = 120.0
+_APPEND_HINT = "--append adds to a database that traceanalyzer export wrote"
+
+
 def _check_appendable(target: Path) -> None:
+    """Refuse, before any work, a ``--append`` target that :func:`_append_in_place` would refuse."""
     try:
-        with sqlite3.connect(f"file:{target}?mode=ro", uri=True) as conn:
-            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        conn = _open_target(target)
+        try:
+            _require_appendable(conn, target)
+        finally:
+            conn.close()
     except sqlite3.DatabaseError as exc:
-        raise BadInputError(target, f"is not a SQLite database ({exc})", "--append adds to a database that "
-                            "traceanalyzer export wrote") from None
-    if not {"runs", "traces", "kernels"} <= names:
-        raise BadInputError(target, "is not a traceanalyzer export (no runs/traces/kernels tables)",
-                            "--append adds to a database that traceanalyzer export wrote")
+        raise BadInputError(target, f"is not a SQLite database ({exc})", _APPEND_HINT) from None
+
+
+def _open_target(target: Path) -> sqlite3.Connection:
+    """A read-write connection to an existing database that waits :data:`APPEND_WAIT_S` for another writer's lock,
+    reads its write-ahead log or rolls back a crashed writer's journal as SQLite does, and runs nothing stored in
+    the file: its authorizer denies any statement prepared on behalf of a trigger or view and any recursive query
+    (:func:`_require_appendable` names those first)."""
+    conn = sqlite3.connect(target, timeout=APPEND_WAIT_S)
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.execute("PRAGMA recursive_triggers = OFF")
+    conn.set_authorizer(_deny_stored_code)
+    return conn
+
+
+def _deny_stored_code(action: int, arg1: str | None, arg2: str | None, database: str | None,
+                      origin: str | None) -> int:
+    if action == sqlite3.SQLITE_RECURSIVE or origin is not None:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def _require_appendable(conn: sqlite3.Connection, target: Path) -> None:
+    """:class:`BadInputError` unless the database is empty or has the export's tables: ``runs`` and ``traces`` with
+    their ``id`` primary keys, ``kernels``; each of its tables a table (not a view) and no trigger on any of them
+    (a trigger runs on every row the export inserts, and may never end)."""
+    objects = conn.execute("SELECT type, name, tbl_name FROM sqlite_master").fetchall()
+    if not objects:
+        return
+    kinds = {name: kind for kind, name, _ in objects if kind in ("table", "view")}
+    ours = set(TABLES) | {n for n in kinds if n.startswith("kernels_fts")}
+    for kind, name, table in objects:
+        if kind == "trigger" and table in ours:
+            raise BadInputError(target, f"has a trigger ({name} on {table}) that appending would run: "
+                                "traceanalyzer export writes no triggers", _APPEND_HINT)
+    for name in TABLES:
+        if kinds.get(name) == "view":
+            raise BadInputError(target, f"is not a traceanalyzer export: {name} is a view", _APPEND_HINT)
+    if not {"runs", "traces", "kernels"} <= set(kinds):
+        raise BadInputError(target, "is not a traceanalyzer export (no runs/traces/kernels tables)", _APPEND_HINT)
+    for name in ("runs", "traces"):
+        keys = [row[1] for row in conn.execute(f"PRAGMA table_info([{name}])") if row[5]]
+        if keys != ["id"]:
+            raise BadInputError(target, f"is not a traceanalyzer export: {name} has no id primary key",
+                                _APPEND_HINT)
+
+
+def _append_in_place(summary: Summary, target: Path, rows: Callable[[DeviceSummary], DeviceRows]) -> ExportResult:
+    """Add the run to ``target`` in one write transaction (``BEGIN IMMEDIATE``): concurrent appends to one database
+    wait for each other (:data:`APPEND_WAIT_S`) instead of losing a run; a failure, a signal or a crash leaves the
+    database as it was (SQLite rolls the transaction back); its write-ahead log, if any, is SQLite's to keep."""
+    import sqlite_utils
+
+    try:
+        conn = _open_target(target)
+    except sqlite3.Error as exc:
+        raise BadInputError(target, f"cannot open the database ({exc})") from None
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        _require_appendable(conn, target)
+        result = _write(db, summary, target, rows)
+        conn.commit()
+        return result
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise BadInputError(target, f"is locked by another writer (waited {APPEND_WAIT_S:.0f} s)",
+                                "try again when the other export has finished") from None
+        raise BadInputError(target, f"cannot write the database ({exc})") from None
+    except sqlite3.Error as exc:
+        raise BadInputError(target, f"cannot write the database ({exc})") from None
+    finally:
+        if conn.in_transaction:
+            conn.rollback()
+        conn.close()
 
 
 def write_database(summary: Summary, output: PathLike, *, append: bool = False) -> ExportResult:
     """Write ``summary`` to ``output``: its results, and each device's kernels and memops with their step and
     layer (:func:`device_rows`).
 
-    The database is built in a temporary file beside ``output`` (a copy of it with ``append``) and renamed over
-    it by ``output.write_built``, so ``output`` is either the old database or the complete new one.
+    A new database is built in a temporary file beside ``output`` and renamed over it by ``output.write_built``
+    (``output`` is either the old file or the complete new database; the old file's write-ahead log, shared
+    memory and journal are removed with it). With ``append`` an existing database gets the run in one transaction
+    (:func:`_append_in_place`); an absent one is created as a new database would be, unless another append
+    created it meanwhile.
     """
-    import shutil
-
     import sqlite_utils
 
     target = Path(output)
     rows = device_rows(summary)
-    from .output import write_built
+    from .output import SQLITE_SIDECARS, write_built
 
+    if append and target.exists():
+        return _append_in_place(summary, target, rows)
     written: list[ExportResult] = []
 
     def build(tmp: Path) -> None:
         try:
-            if append and target.exists():
-                shutil.copyfile(target, tmp)
-            db = sqlite_utils.Database(tmp)
+            db = sqlite_utils.Database(tmp, recursive_triggers=False, execute_plugins=False)
             try:
                 written.append(_write(db, summary, target, rows))
                 db.conn.commit()
@@ -177,7 +259,14 @@ def write_database(summary: Summary, output: PathLike, *, append: bool = False) 
         except sqlite3.Error as exc:
             raise BadInputError(target, f"cannot write the database ({exc})") from None
 
-    write_built(target, build, inputs=[t.path for t in summary.traces])
+    try:
+        write_built(target, build, inputs=[t.path for t in summary.traces], exclusive=append)
+    except FileExistsError:  # another append created the database meanwhile: add to it
+        return _append_in_place(summary, target, rows)
+    if not append:
+        for suffix in SQLITE_SIDECARS:  # the replaced database's; SQLite would apply a stale log to the new file
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{os.path.realpath(target)}{suffix}")
     return written[0]
 
 

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.layer_pattern import check_layer_pattern
 from .api import empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
-from .errors import BadInputError
+from .errors import BadInputError, printable
 from .loaders import SUMMARY_TABLES, expand_paths
 from .loaders.limits import Window, parse_window
 from .parallel import load_file
@@ -46,18 +48,19 @@ SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 
 def summarize_on_dask(paths: Sequence[PathLike], opts: SummaryOptions, *, scheduler: str | None = None,
-                      window: str | None = None) -> Summary:
+                      window: str | None = None, timeout: float = 10.0) -> Summary:
     """The summary of trace files / directories of rank traces, computed on a Dask cluster (module doc) with the
     local engine's options ``opts``: ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``, else a LocalCluster of
-    ``opts.jobs`` worker processes); ``window`` as :func:`traceanalyzer.pipeline.summarize_paths`."""
+    ``opts.jobs`` worker processes, no more than there are files); ``window`` as
+    :func:`traceanalyzer.pipeline.summarize_paths`; ``timeout``: seconds to reach the scheduler."""
     check_layer_pattern(opts.layer_pattern)
     skipped: list[str] = []
     files = [str(f) for f in expand_paths(list(paths), skipped)]
     win = parse_window(window)
     rules, jobs = opts.rules, opts.jobs
-    rules_path = None if rules is None else str(rules)
-    with dask_client(scheduler, jobs) as client:
-        loaded = [client.submit(_load, f, rules_path, win, pure=False) for f in files]
+    rules_path = None if rules is None else str(Path(rules).absolute())  # as the files: workers have their own cwd
+    with dask_client(scheduler, min(jobs, max(len(files), 1)), timeout) as client:  # no idle workers
+        loaded = [client.submit(_load, str(Path(f).absolute()), rules_path, win, f, pure=False) for f in files]
         if skipped and loaded:  # said once, with the first trace's warnings (as the local engine)
             loaded[0] = client.submit(_with_warnings, loaded[0], skipped, pure=False)
         facts_f = [client.submit(_facts, t, pure=False) for t in loaded]
@@ -78,10 +81,86 @@ def summarize_on_dask(paths: Sequence[PathLike], opts: SummaryOptions, *, schedu
         return reduce_parts(work.parts, opts, work)
 
 
+#: seconds a client waits for the scheduler to answer (``--scheduler-timeout``; dask's own default is 30)
+CONNECT_TIMEOUT_S = 10.0
+_MAX_ADDRESS = 1024  # characters of a scheduler address; a longer one is refused before parsing
+_SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+def check_scheduler_address(address: str) -> None:
+    """:class:`BadInputError` for an address a client cannot connect to, said before connecting: too long, not
+    ``[PROTOCOL://]HOST:PORT`` with a host and a port 1–65535, a protocol other than tcp/tls/ws/wss (``inproc://``
+    exists only inside one process, ``ucx://`` needs UCX), or tls/wss without a client certificate in dask's
+    configuration (``distributed.comm.tls``)."""
+    shown = printable(address if len(address) <= 80 else address[:80] + "…")
+    problem = None
+    if len(address) > _MAX_ADDRESS:
+        problem = f"is {len(address):,} characters long"
+    else:
+        scheme, _, rest = address.rpartition("://")
+        scheme = scheme or "tcp"
+        host, _, port = rest.rpartition(":")
+        if scheme not in _SCHEMES:
+            problem = f"uses {printable(scheme)}://, which this client does not connect to (tcp, tls, ws, wss)"
+        elif not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            problem = "is not [PROTOCOL://]HOST:PORT with a host and a port 1-65535"
+        elif scheme in ("tls", "wss"):
+            import dask
+
+            if not dask.config.get("distributed.comm.tls.client.cert", None):
+                problem = f"uses {scheme}:// but dask's configuration has no client certificate " \
+                          "(distributed.comm.tls.client.cert)"
+    if problem:
+        raise BadInputError(None, f"the Dask scheduler address {shown} {problem}",
+                            "give it as tcp://HOST:8786, as `dask scheduler` prints it")
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Before dask's client connects (it retries a refused connection until its timeout, waits without bound for
+    a silent peer's handshake and allocates whatever length a peer's first 8 bytes say): fail at once where
+    nothing listens; over tcp, a scheduler speaks first — its handshake, a message of a few hundred bytes whose
+    length leads it — so a peer that says nothing within ``timeout`` or announces an impossible length is not
+    one."""
+    import socket
+
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    try:
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    except OSError as exc:
+        raise BadInputError(None, f"cannot reach the Dask scheduler at {printable(address)}: "
+                            f"{printable(exc.strerror or exc)}", "start one with `dask scheduler`, or drop "
+                            "--scheduler for a local cluster") from None
+    with sock:
+        if (scheme or "tcp") != "tcp":
+            return
+        deadline = time.monotonic() + timeout
+        head = b""
+        try:
+            while len(head) < 8 and time.monotonic() < deadline:
+                sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                head = sock.recv(8, socket.MSG_PEEK)
+                if not head:
+                    break  # closed by the peer
+                if len(head) < 8:
+                    time.sleep(0.01)
+        except OSError:
+            pass
+    length = int.from_bytes(head, "little") if len(head) == 8 else 0
+    if not 0 < length < _MAX_HANDSHAKE:
+        said = "said nothing" if not head else f"answered {len(head)} bytes that are not a Dask message"
+        raise BadInputError(None, f"{printable(address)} is not a Dask scheduler: it {said} within {timeout:g} s",
+                            "give the address `dask scheduler` prints (--scheduler-timeout sets the wait)")
+
+
+_MAX_HANDSHAKE = 1 << 24  # bytes: a scheduler's handshake is a few hundred
+
+
 @contextmanager
-def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
-    """A client of the scheduler at ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``), or of a LocalCluster of
-    ``jobs`` single-threaded worker processes started for the call; closed (and the cluster shut down) after."""
+def dask_client(scheduler: str | None, jobs: int, timeout: float = CONNECT_TIMEOUT_S) -> Iterator[Client]:
+    """A client of the scheduler at ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``; checked by
+    :func:`check_scheduler_address`, connected within ``timeout`` seconds), or of a LocalCluster of ``jobs``
+    single-threaded worker processes started for the call; closed (and the cluster shut down) after."""
     try:
         from distributed import Client, LocalCluster
     except ImportError as exc:
@@ -89,11 +168,17 @@ def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
                             "pip install 'traceanalyzer[dask]'") from exc
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     if address:
+        check_scheduler_address(address)
+        _probe(address, timeout)
         try:
-            client = Client(address)  # waits dask's distributed.comm.timeouts.connect (30 s by default)
-        except OSError as exc:
-            raise BadInputError(None, f"cannot reach the Dask scheduler at {address}: {exc}",
-                                "start one with `dask scheduler`, or drop --scheduler for a local cluster") from exc
+            client = Client(address, timeout=timeout)  # the connection and dask's handshake, within ``timeout``
+        except (OSError, TimeoutError) as exc:
+            raise BadInputError(None, f"cannot reach the Dask scheduler at {address} within {timeout:g} s: "
+                                f"{printable(str(exc)[:200])}", "start one with `dask scheduler`, or drop "
+                                "--scheduler for a local cluster (--scheduler-timeout sets the wait)") from None
+        except Exception as exc:  # a peer that answers, but not as a Dask scheduler (garbage frames, a web server)
+            raise BadInputError(None, f"{address} is not a Dask scheduler: it answered something else "
+                                f"({type(exc).__name__})", "give the address `dask scheduler` prints") from None
         try:
             yield client
         finally:
@@ -104,12 +189,48 @@ def dask_client(scheduler: str | None, jobs: int) -> Iterator[Client]:
     # no statistical profiler in the workers (sampling our deep stacks every 10 ms cost ~50 % more CPU)
     import dask
 
-    with dask.config.set({"distributed.worker.profile.enabled": False}), \
-            LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
-                         silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster) as client:
-        yield client
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        with _sigint_ignored():  # worker processes start with Ctrl-C ignored (a restarted one: ``dask_setup``)
+            cluster = LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
+                                   dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
+                                   silence_logs=logging.CRITICAL, preload=[__name__])
+        quiet = logging.getLogger("asyncio")  # a task cut by Ctrl-C is "never retrieved": said by our one line
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            with cluster, Client(cluster) as client:
+                yield client
+        finally:
+            quiet.setLevel(level)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the local cluster starts its worker processes, which inherit that (an ignored signal
+    stays ignored across exec, and Python leaves it so), so a Ctrl-C while they import does not make each print a
+    traceback. The cost: a Ctrl-C in that second is lost (press it again)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def dask_setup(worker: object) -> None:
+    """Run in each local-cluster worker process as it starts (``preload``): Ctrl-C reaches the whole process
+    group, and only the driver should act on it — it shuts the cluster down and says ``Interrupted.`` — not every
+    worker printing its traceback (68 lines)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskTraceWork:
@@ -164,8 +285,22 @@ class DaskTraceWork:
 
 
 # -- tasks (run on the workers) -------------------------------------------------------------------------------
-def _load(path: str, rules: str | None, window: Window | None) -> Trace:
-    return load_file(path, rules=rules, tables=SUMMARY_TABLES, window=window)
+def _load(path: str, rules: str | None, window: Window | None, shown: str | None = None) -> Trace:
+    """Load ``path`` (absolute: a worker's working directory is not the driver's) on a worker, the trace named
+    ``shown`` as the user named it; an error on the worker says which worker read the file."""
+    try:
+        trace = load_file(path, rules=rules, tables=SUMMARY_TABLES, window=window)
+    except BadInputError as exc:
+        try:
+            from distributed import get_worker
+
+            where = get_worker().address
+        except (ImportError, ValueError):
+            where = None
+        if where and exc.args:
+            exc.args = (f"{exc.args[0]} (read by Dask worker {where}, which needs the file at this path)",)
+        raise
+    return trace if shown is None or shown == path else replace(trace, path=shown)
 
 
 def _with_warnings(trace: Trace, warnings: list[str]) -> Trace:

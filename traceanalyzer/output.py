@@ -31,7 +31,8 @@ from .trace import PathLike
 
 STDOUT = "-"
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
-_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
+SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # SQLite's files beside a database being built at a temporary path
+_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp(-journal|-wal|-shm)?$")
 
 
 def is_stdout(target: PathLike | None) -> bool:
@@ -72,15 +73,17 @@ def write_output(data: str | bytes, target: PathLike, *, inputs: Sequence[PathLi
     return str(path)
 
 
-def write_built(target: PathLike, build: Callable[[Path], None], *, inputs: Sequence[PathLike] = ()) -> str:
+def write_built(target: PathLike, build: Callable[[Path], None], *, inputs: Sequence[PathLike] = (),
+                exclusive: bool = False) -> str:
     """A file that ``build`` writes at a path it is given (a SQLite database), with :func:`write_output`'s
     refusals and atomic replacement: ``build`` fills an empty temporary file beside ``target``, which then replaces
-    it. Standard output and special files are refused (a database needs a regular file)."""
+    it. Standard output and special files are refused (a database needs a regular file). ``exclusive``: the file
+    is linked into place only where none is, else :class:`FileExistsError` (the temporary file removed)."""
     path = Path(target)
     if _plan(path, inputs) != "atomic":
         raise OutputError(path, "not a regular file (a database cannot go to stdout, a device or a FIFO)",
                           "give it a file name, e.g. -o analysis.db")
-    _replace_with(path, lambda tmp: build(Path(tmp)), make_folder=False)
+    _replace_with(path, lambda tmp: build(Path(tmp)), make_folder=False, exclusive=exclusive)
     return str(path)
 
 
@@ -185,7 +188,7 @@ def _write_atomic(path: Path, payload: bytes) -> None:
     _replace_with(path, fill, make_folder=True)
 
 
-def _replace_with(path: Path, fill: Callable[[str], None], *, make_folder: bool) -> None:
+def _replace_with(path: Path, fill: Callable[[str], None], *, make_folder: bool, exclusive: bool = False) -> None:
     """Replace ``path`` (through a symlink: its target, keeping the link) by a temporary file beside it that
     ``fill`` writes; the file keeps the old one's permissions; the temporary file never survives an error or a
     signal. ``make_folder`` creates missing folders, else a missing folder is an error."""
@@ -207,14 +210,34 @@ def _replace_with(path: Path, fill: Callable[[str], None], *, make_folder: bool)
             os.close(fd)
             fill(tmp)
             os.chmod(tmp, mode)
-            os.replace(tmp, real)
-            tmp = None
+            if exclusive and _linked(tmp, real):  # FileExistsError where a file appeared meanwhile
+                pass  # the temporary name goes in ``finally``
+            else:
+                os.replace(tmp, real)
+                tmp = None
+        except FileExistsError:
+            raise
         except OSError as exc:
             raise OutputError(path, _reason(exc)) from None
         finally:
             if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                for leftover in (tmp, *(tmp + s for s in SQLITE_SIDECARS)):
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
+
+
+def _linked(tmp: str, real: Path) -> bool:
+    """Link ``tmp`` at ``real`` only where no file is (FileExistsError otherwise); False on a file system without
+    hard links (the caller renames instead)."""
+    try:
+        os.link(tmp, real)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
+            return False
+        raise
+    return True
 
 
 def _remove_stale_temporaries(folder: Path, name: str) -> None:

@@ -98,7 +98,7 @@ def summary_run(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], 
     if traces:
         raise TypeError("pass either Trace objects or paths, not both")
     fields = set(SummaryOptions.__dataclass_fields__)
-    unknown = set(options) - fields - {"progress", "window", "engine", "scheduler"}
+    unknown = set(options) - fields - {"progress", "window", "engine", "scheduler", "scheduler_timeout"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     return _run_paths([p for p in items if isinstance(p, (str, Path))], **options)
@@ -114,10 +114,12 @@ def _run_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs
                     step_range: str | None = None, layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                     gpu_log: PathLike | None = None, findings: bool = True, extra: dict[str, Any] | None = None,
                     progress: ProgressFn | None = None, window: str | None = None,
-                    skip: Collection[str] = (), engine: str = "local", scheduler: str | None = None) -> SummaryRun:
+                    skip: Collection[str] = (), engine: str = "local", scheduler: str | None = None,
+                    scheduler_timeout: float = 10.0) -> SummaryRun:
     """The summary of trace files (or directories of rank traces) and its work. The keywords are
     ``analysis.summary.SummaryOptions`` fields; ``engine="dask"`` computes it on a Dask cluster (``scheduler``
-    address, :mod:`traceanalyzer.on_dask`). The Summary records how its files were read (``Summary.source``)."""
+    address, reached within ``scheduler_timeout`` seconds: :mod:`traceanalyzer.on_dask`). The Summary records how
+    its files were read (``Summary.source``)."""
     from .analysis.results import SummarySource
     from .analysis.summary import SummaryOptions
 
@@ -132,7 +134,7 @@ def _run_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs
     if engine == "dask":
         from .on_dask import summarize_on_dask
 
-        result = summarize_on_dask(paths, opts, scheduler=scheduler, window=window)
+        result = summarize_on_dask(paths, opts, scheduler=scheduler, window=window, timeout=scheduler_timeout)
         result.source = source
         return SummaryRun(result, [], [])
     # with worker processes, each trace's map step runs here as it arrives, while the workers load the others

@@ -29,8 +29,14 @@ _SOURCE_NAME = re.compile(r"(\d+)")
 _MANGLING_CODE = re.compile(r"^E*L[a-z]\d|^[A-Z]E$|^S\d*_")
 
 
+#: characters that substitutions and template parameters may copy into one demangled name: a symbol whose
+#: back-references double the text at each step (a demangling bomb: 465 bytes → gigabytes) falls back to the
+#: identifiers it contains instead (real kernel symbols copy a few thousand)
+MAX_EXPANSION = 1 << 17
+
+
 class _Fail(Exception):
-    """The symbol uses grammar this light demangler does not cover."""
+    """The symbol uses grammar this light demangler does not cover (or expands past :data:`MAX_EXPANSION`)."""
 
 
 class _Parser:
@@ -39,6 +45,14 @@ class _Parser:
         self.i = 0
         self.subs: list[str] = []
         self.template_args: list[str] = []
+        self.expanded = 0  # characters copied by back-references so far
+
+    def copied(self, text: str) -> str:
+        """``text`` copied by a back-reference, counted against :data:`MAX_EXPANSION`."""
+        self.expanded += len(text)
+        if self.expanded > MAX_EXPANSION:
+            raise _Fail("expands too far")
+        return text
 
     # -- low level -------------------------------------------------------------------------------
     def peek(self, n: int = 1) -> str:
@@ -123,7 +137,7 @@ class _Parser:
         idx = self.seq_id()
         if idx >= len(self.subs):
             raise _Fail("substitution out of range")
-        return self.subs[idx]
+        return self.copied(self.subs[idx])
 
     def nested_name(self) -> str:
         self.expect("N")
@@ -216,7 +230,7 @@ class _Parser:
         self.expect("T")
         idx = self.seq_id()
         if idx < len(self.template_args):
-            return self.template_args[idx]
+            return self.copied(self.template_args[idx])
         return f"T{idx + 1}"
 
     def literal(self) -> str:

@@ -69,3 +69,43 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
     except Exception:  # a construct this reader does not know: no prefilter, same answers
         return None
     return tuple(sorted(need)) if need else None
+
+
+def nested_repeat(pattern: str, flags: int = 0) -> str | None:
+    """The part of a user's regex that repeats a repetition without bound (``(a+)+``, ``(\\w*x?)*``), whose
+    backtracking can take exponential time on a text that almost matches; None when there is none (or the
+    pattern does not parse: :func:`re.compile` says why). Bounded repeats (``{2}``, ``?``) are harmless."""
+    try:
+        parsed = _p.parse(pattern, flags)
+    except Exception:
+        return None
+    return _nested(parsed, inside=False, pattern=pattern)
+
+
+def _unbounded(op: Any, av: Any) -> bool:
+    return op in _REPEATS and av[1] is _c.MAXREPEAT
+
+
+def _nested(items: Any, *, inside: bool, pattern: str) -> str | None:
+    for op, av in items:
+        subs: list[Any] = []
+        if op in _REPEATS:
+            if inside and _unbounded(op, av):
+                return "an unbounded repetition inside another"
+            found = _nested(av[2], inside=inside or _unbounded(op, av), pattern=pattern)
+            if found:
+                return found
+            continue
+        if op is _c.SUBPATTERN:
+            subs = [av[3]]
+        elif op is _c.BRANCH:
+            subs = list(av[1])
+        elif op is _c.ASSERT or op is _c.ASSERT_NOT:
+            subs = [av[1]]
+        elif _ATOMIC is not None and op is _ATOMIC:
+            subs = [av]
+        for sub in subs:
+            found = _nested(sub, inside=inside, pattern=pattern)
+            if found:
+                return found
+    return None

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..buckets import BUCKETS, MOE_BUCKETS, MOE_STAGES
 from ..errors import RulesError
-from .prefilter import required_literals
+from .prefilter import nested_repeat, required_literals
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,6 +43,9 @@ else:  # pragma: no cover - exercised only on Python 3.10
 PRECISIONS: tuple[str, ...] = ("fp4", "fp8", "int4", "int8", "bf16", "fp16", "fp32", "unknown")
 FP4_FORMATS: tuple[str, ...] = ("nvfp4", "mxfp4")
 CONFIDENCES: tuple[str, ...] = ("high", "low")
+
+#: bytes a user rules file may hold (the shipped rules are 23 kB): a bigger one is refused, not parsed
+MAX_RULES_BYTES = 1 << 20
 
 _KEYS = {"id", "match", "bucket", "subbucket", "on", "case_sensitive", "not_match", "not_prefix", "precision",
          "fp4_format", "fused", "tags", "confidence", "note", "moe_stage"}
@@ -201,11 +204,14 @@ def _compile(text: Any, flags: int, key: str, where: str, path: str, lowercase: 
     if not isinstance(text, str) or not text:
         raise _fail(path, f"{where}: '{key}' must be a non-empty regex string")
     try:
-        if lowercase:
-            return re.compile(text.lower())
-        return re.compile(text, flags)
-    except re.error as exc:
+        pattern = re.compile(text.lower()) if lowercase else re.compile(text, flags)
+    except (re.error, RecursionError, OverflowError) as exc:
         raise _fail(path, f"{where}: bad regex in '{key}': {exc}") from None
+    nested = nested_repeat(pattern.pattern, pattern.flags)
+    if nested:
+        raise _fail(path, f"{where}: the regex in '{key}' has {nested}, whose backtracking can take exponential "
+                    "time on a long name — repeat a plain group instead (e.g. '(ab)+', not '(a+b)+')")
+    return pattern
 
 
 def compile_rule(raw: Any, index: int, path: str) -> Rule:
@@ -264,6 +270,8 @@ def parse_rules(text: str, path: str) -> tuple[Rule, ...]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _fail(path, f"invalid TOML: {exc}") from None
+    except RecursionError:
+        raise _fail(path, "invalid TOML: arrays or tables nested too deeply") from None
     raw_rules = doc.get("rule")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise _fail(path, "no [[rule]] tables")
@@ -287,7 +295,12 @@ def load_rules(path: Path | str) -> tuple[Rule, ...]:
     """User rules from a TOML file; any problem is a :class:`RulesError` (exit code 2)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as fh:  # a stream (a pipe, /dev/zero) is read only up to the limit
+            data = fh.read(MAX_RULES_BYTES + 1)
+        if len(data) > MAX_RULES_BYTES:
+            raise _fail(str(p), f"rules file larger than {MAX_RULES_BYTES >> 20} MiB — a rules file holds a few "
+                        "[[rule]] tables (the shipped ones are 23 kB)")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise _fail(str(p), "no such rules file") from None
     except UnicodeDecodeError:

@@ -57,7 +57,7 @@ def parse_window(text: str | Window | None) -> Window | None:
     """``"START:END"`` (seconds, END > START ≥ 0; either side may be empty: from the start / to the end)."""
     if text is None or isinstance(text, Window):
         return text
-    m = re.fullmatch(r"\s*([0-9.eE+]*)\s*:\s*([0-9.eE+]*)\s*", str(text))
+    m = re.fullmatch(r"\s*([0-9.eE+-]*)\s*:\s*([0-9.eE+-]*)\s*", str(text))
     try:
         start = float(m.group(1)) if m and m.group(1) else 0.0
         end = float(m.group(2)) if m and m.group(2) else float("inf")
@@ -66,7 +66,14 @@ def parse_window(text: str | Window | None) -> Window | None:
     if m is None or not (0 <= start < end):
         raise BadInputError(None, f"--window {text!r} is not START:END in seconds from the capture start "
                                   "(0 <= START < END, e.g. 10:12.5)")
+    if start > MAX_WINDOW_S or MAX_WINDOW_S < end < float("inf"):
+        raise BadInputError(None, f"--window {text!r}: START and END are at most {MAX_WINDOW_S:.3g} s (int64 "
+                                  "nanoseconds, 292 years)", "leave END empty for the rest of the capture")
     return Window(start, end)
+
+
+#: the largest window bound, in seconds: times are int64 nanoseconds
+MAX_WINDOW_S = ((1 << 63) - 1) / 1e9
 
 
 MEMINFO = Path("/proc/meminfo")
@@ -75,14 +82,15 @@ CGROUP = Path("/sys/fs/cgroup")  # cgroup v2: memory.max and memory.current of t
 
 def memory_budget() -> int | None:
     """Bytes a load may use: ``TRACEANALYZER_MEMORY_LIMIT`` (``8G``, ``512M``, bytes), else the smaller of
-    ``MemAvailable`` and the room left under a cgroup v2 memory limit (a container's limit is not in meminfo)."""
+    ``MemAvailable``, the room left under a cgroup v2 memory limit (a container's limit is not in meminfo) and the
+    address space left under ``ulimit -v``."""
     text = os.environ.get("TRACEANALYZER_MEMORY_LIMIT", "").strip().upper()
     if text:
         m = re.fullmatch(r"([0-9.]+)\s*([KMGT]?)I?B?", text)
         if m is None:
             raise BadInputError(None, f"TRACEANALYZER_MEMORY_LIMIT={text!r} is not a size such as 8G or 512M")
         return int(float(m.group(1)) * _UNITS[m.group(2)])
-    found = [n for n in (_meminfo_available(), _cgroup_room()) if n is not None]
+    found = [n for n in (_meminfo_available(), _cgroup_room(), _address_space_room()) if n is not None]
     return min(found) if found else None
 
 
@@ -95,6 +103,21 @@ def _meminfo_available() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _address_space_room() -> int | None:
+    """Bytes of address space left under ``ulimit -v`` (RLIMIT_AS, soft) beyond what this process maps now; None
+    without a limit or where it cannot be read."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            return None
+        pages = int(Path("/proc/self/statm").read_text(encoding="ascii").split()[0])
+        return max(soft - pages * os.sysconf("SC_PAGE_SIZE"), 0)
+    except (ImportError, OSError, ValueError, IndexError):
+        return None
 
 
 def _cgroup_room() -> int | None:
@@ -154,6 +177,8 @@ def window_views(conn: object, tables: dict[str, str], window: Window, keep: str
                                                      if window.end_s != float("inf") else "")
         if keep and table == "NVTX_EVENTS":
             cond = f"({cond}) OR {keep}"
+        allowed: set[str] = getattr(conn, "window_views", set())  # the export connection's authorizer reads these
+        allowed.add(table)
         conn.execute(f'CREATE TEMP VIEW "{table}" AS SELECT * FROM main."{table}" WHERE {cond}')  # type: ignore[attr-defined]
 
 

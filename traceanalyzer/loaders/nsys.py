@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInputError, CorruptFileError, UnknownFormatError
+from ..errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
 from ..schema import NARROW_IDS, NARROW_SMALL, TABLES, fits_int16, fits_int32
 from ..trace import StringPool, Table, Trace
 from .detect import API_SUBSET, NSYS, ProgressFn, open_regular
@@ -33,7 +33,19 @@ from .nsys_meta import (
     mpi_ranks,
     session_start_utc_ns,
 )
-from .nsys_sql import BadColumn, RowProgress, Schema, connect, count_rows, distinct_pairs, int_value, probe
+from .nsys_sql import (
+    SIDECAR_HINT,
+    BadColumn,
+    RowProgress,
+    Schema,
+    StoredQuery,
+    check_sidecars,
+    connect,
+    count_rows,
+    distinct_pairs,
+    int_value,
+    probe,
+)
 from .nsys_tables import (
     GPU_METRICS,
     GRAPH_TRACE,
@@ -71,12 +83,19 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     """
     path = Path(path)
     _check_size(path)
+    _check_sidecars(path)
     try:
         conn = connect(path)
     except sqlite3.Error as exc:
         raise BadInputError(path, f"cannot open the SQLite database ({exc})") from None
     try:
-        return _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables), window)
+        trace = _load(conn, path, progress, OPTIONAL_TABLES if tables is None else frozenset(tables), window)
+        _check_sidecars(path, while_reading=True)
+        return trace
+    except StoredQuery as exc:
+        raise CorruptFileError(path, f"{exc.table} is {exc.what}: reading it would run a query stored in the file",
+                               "nsys writes its activity as plain tables; re-export it with nsys export --type "
+                               "sqlite") from None
     except BadColumn as exc:
         raise CorruptFileError(path, f"bad value in {exc.table}.{exc.column}: {exc.problem}",
                                "the export is damaged or was edited; re-export it with nsys export --type sqlite") \
@@ -106,6 +125,16 @@ def _check_size(path: Path) -> None:
     if header_valid and pages and size < page_size * pages:
         raise CorruptFileError(path, f"truncated SQLite database: {size:,} bytes where its header says "
                                f"{page_size * pages:,}", "was the copy or the export interrupted?")
+
+
+def _check_sidecars(path: Path, *, while_reading: bool = False) -> None:
+    """A write-ahead log or live rollback journal beside the export (:func:`~.nsys_sql.check_sidecars`) is exit 2:
+    the file is read alone (immutable), so its answer would not be the committed data. Checked again after the
+    read, for a writer that started meanwhile."""
+    problem = check_sidecars(path)
+    if problem is not None:
+        cls = FileChangedError if while_reading else CorruptFileError
+        raise cls(path, (f"changed while reading: it now {problem}" if while_reading else problem), SIDECAR_HINT)
 
 
 def _require_nsys(path: Path, schema: Schema) -> None:

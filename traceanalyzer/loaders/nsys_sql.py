@@ -3,12 +3,13 @@ and StringIds → string-pool mapping done once per distinct id."""
 
 from __future__ import annotations
 
+import functools
 import queue
 import sqlite3
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,78 @@ def require_columns(schema_cols: frozenset[str], table: str, *names: str) -> Non
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """Open an export read-only and immutable: no journal, WAL or lock file is needed (read-only dirs work)."""
+    """Open an export read-only and immutable: no journal, WAL or lock file is needed (read-only dirs work).
+
+    Immutable means SQLite reads the main file alone, so :func:`check_sidecars` must have refused a file whose
+    write-ahead log or rollback journal holds data the file lacks. The file is data, never code: the connection's
+    authorizer (:func:`_authorize`) refuses, when a statement is prepared, any read made through a view or trigger
+    stored in the file and any recursive query, so no query can run a program the file holds."""
     uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
-    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=ExportConnection)
     conn.text_factory = decode_text
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.set_authorizer(functools.partial(_authorize, conn.window_views))
     return conn
+
+
+class ExportConnection(sqlite3.Connection):
+    """A connection to an export; ``window_views`` names the TEMP views the loader made on it (each shadows the
+    activity table it filters: :func:`~traceanalyzer.loaders.limits.window_views`), the only views it may read."""
+
+    window_views: set[str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.window_views = set()
+
+
+def _authorize(window_views: set[str], action: int, arg1: str | None, arg2: str | None, database: str | None,
+               origin: str | None) -> int:
+    """SQLite authorizer of an export's connection, asked as each statement is prepared: deny a recursive query
+    (``WITH RECURSIVE``: endless rows) and any read made on behalf of a view or trigger (``origin``: the innermost
+    one) other than the loader's own window views."""
+    if action == sqlite3.SQLITE_RECURSIVE:
+        return sqlite3.SQLITE_DENY
+    if origin is not None and action == sqlite3.SQLITE_READ and origin not in window_views:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+class StoredQuery(Exception):
+    """A table the loader reads is a view, a virtual table or has computed columns: reading it would run a query
+    or expression stored in the file. The loader turns it into one line naming the file and the table."""
+
+    def __init__(self, table: str, what: str) -> None:
+        super().__init__(f"{table} is {what}")
+        self.table, self.what = table, what
+
+
+SIDECAR_HINT = ("let SQLite finish it first (open the file once with sqlite3 in a writable folder), or wait for "
+                "the writer")
+
+
+def check_sidecars(path: Path) -> str | None:
+    """Why the file alone is not the committed data, or None: a write-ahead log beside a WAL-mode database that
+    holds frames (``NAME-wal`` longer than its 32-byte header), or a rollback journal beside it whose header is
+    live (``NAME-journal``: a writer crashed or is writing; a zeroed or empty journal is a finished one)."""
+    wal, journal = Path(f"{path}-wal"), Path(f"{path}-journal")
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(20)
+        wal_size = wal.stat().st_size if wal.exists() else 0
+        live_journal = False
+        if journal.exists() and journal.stat().st_size:
+            with open(journal, "rb") as fh:
+                live_journal = any(fh.read(28))
+    except OSError:
+        return None  # the loader's own open says what is wrong with the file
+    if len(header) == 20 and header[18:20] == b"\x02\x02" and wal_size > 32:
+        return (f"has a write-ahead log beside it ({wal.name}, {wal_size:,} bytes) holding changes the file lacks "
+                "(a writer has it open or did not checkpoint)")
+    if live_journal:
+        return (f"has a live rollback journal beside it ({journal.name}): a write was interrupted or is under way, "
+                "so the file may hold half-written pages")
+    return None
 
 
 def quote(identifier: str) -> str:
@@ -81,28 +149,48 @@ def quote(identifier: str) -> str:
 
 @dataclass(frozen=True)
 class Schema:
-    """Tables of the export and the columns of each (from sqlite_master + PRAGMA table_info)."""
+    """Tables of the export and the columns of each (from sqlite_master + PRAGMA table_xinfo).
+
+    ``untrusted`` names the views, virtual tables and tables with computed (virtual generated) columns, each with
+    what it is: nsys writes none of them where its own tables belong (Extra-P adds views of its own names), so
+    asking for one of them (:meth:`has`, :meth:`cols`) raises :class:`StoredQuery` instead of running it."""
 
     columns: dict[str, frozenset[str]]
+    untrusted: dict[str, str] = field(default_factory=dict)
 
     def has(self, table: str, *cols: str) -> bool:
         """Whether ``table`` exists and has every column in ``cols``."""
-        have = self.columns.get(table)
-        return have is not None and all(c in have for c in cols)
+        have = self.cols(table)
+        return bool(have) and all(c in have for c in cols)
 
     def cols(self, table: str) -> frozenset[str]:
         """Columns of ``table`` (empty when absent)."""
+        if table in self.untrusted:
+            raise StoredQuery(table, self.untrusted[table])
         return self.columns.get(table, frozenset())
 
     def any_prefixed(self, *prefixes: str) -> bool:
         """Whether any table name starts with one of ``prefixes``."""
-        return any(name.startswith(prefixes) for name in self.columns)
+        return any(name.startswith(prefixes) for name in [*self.columns, *self.untrusted])
 
 
 def probe(conn: sqlite3.Connection) -> Schema:
-    """Discover every table and its columns; never trust the version string alone."""
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
-    return Schema({n: frozenset(r[1] for r in conn.execute(f"PRAGMA table_info({quote(n)})")) for n in names})
+    """Discover every table and its columns; never trust the version string alone. Views and virtual tables are
+    recorded as untrusted without being compiled; so is a table whose column is computed when read."""
+    columns: dict[str, frozenset[str]] = {}
+    untrusted: dict[str, str] = {}
+    for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view')"):
+        if kind == "view":
+            untrusted[name] = "a view, not a table"
+        elif str(sql or "").lstrip()[:14].upper().startswith("CREATE VIRTUAL"):
+            untrusted[name] = "a virtual table, not a table"
+        else:
+            info = conn.execute(f"PRAGMA table_xinfo({quote(name)})").fetchall()
+            if any(row[6] == 2 for row in info):  # hidden = 2: a VIRTUAL generated column, computed on every read
+                untrusted[name] = "a table with columns computed when read"
+            else:
+                columns[name] = frozenset(row[1] for row in info if row[6] in (0, 3))  # 3: stored generated
+    return Schema(columns, untrusted)
 
 
 def count_rows(conn: sqlite3.Connection, table: str, where: str = "", params: Sequence[object] = ()) -> int:

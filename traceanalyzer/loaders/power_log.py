@@ -65,7 +65,8 @@ def read_power_log(path: str | Path, *, utc_offset_s: int = 0) -> PowerLog:
                             "log with --query-gpu=timestamp,index,power.draw,power.limit,clocks.sm --format=csv")
     df = raw[list(columns)].rename(columns=columns)
     stamps = pd.to_datetime(df["timestamp"].str.strip(), format="%Y/%m/%d %H:%M:%S.%f", errors="coerce")
-    ok = stamps.notna()
+    # a stamp outside int64 nanoseconds (years before 1678 or after 2261) is unreadable as one before it
+    ok = stamps.notna() & (stamps >= pd.Timestamp.min) & (stamps <= pd.Timestamp.max)
     if not ok.any():
         raise BadInputError(p, "no readable timestamps (expected 'YYYY/MM/DD HH:MM:SS.mmm')")
     utc_ns = stamps[ok].astype("datetime64[ns]").astype("int64").to_numpy() - utc_offset_s * 1_000_000_000

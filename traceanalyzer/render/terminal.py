@@ -5,6 +5,7 @@ rich is imported lazily; colours only when stdout is a terminal (rich's own dete
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -37,14 +38,66 @@ PIPE_WIDTH = 140  # columns used when stdout is not a terminal (rich would other
 
 
 def make_console(file: Any = None) -> Console:
-    """A console on stdout (or ``file``): terminal width and colours on a TTY, plain and wide otherwise."""
-    from rich.console import Console
-
+    """A console on stdout (or ``file``): terminal width and colours on a TTY, plain and wide otherwise. Whatever
+    it prints is inert (:func:`_inert_console`), so no control character or bidi control of a trace, rules file,
+    option or path reaches the terminal, whichever table or line carries it; no string is read as rich markup
+    (a ``[link=…]`` in a kernel name stays text)."""
     out = file or sys.stdout
     tty = hasattr(out, "isatty") and out.isatty()
     width = None if tty or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False,
-                   color_system="auto" if tty else None)
+    console: Console = _inert_console()(file=out, width=width, highlight=False, soft_wrap=False, emoji=False,
+                                        markup=False, color_system="auto" if tty else None)
+    return console
+
+
+@functools.cache
+def _inert_console() -> type[Console]:
+    """rich's Console, with every text it shows passed through ``errors.printable`` (line breaks kept): each string
+    before layout (``render_str``: table cells, titles, lines), and as a backstop every rendered text segment (a
+    render hook), so a ``Text`` made from a raw string is inert too. rich's own control segments and styles are
+    untouched."""
+    from rich.console import Console, RenderHook
+    from rich.measure import Measurement
+    from rich.segment import Segment
+
+    from ..errors import printable
+
+    class Inert:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __rich_console__(self, console: Console, options: Any) -> Any:
+            for segment in console.render(self.inner, options):
+                if segment.control or not segment.text:
+                    yield segment
+                else:
+                    yield Segment(printable(segment.text, keep="\n"), segment.style)
+
+        def __rich_measure__(self, console: Console, options: Any) -> Measurement:
+            return Measurement.get(console, options, self.inner)
+
+    class Hook(RenderHook):
+        def process_renderables(self, renderables: list[Any]) -> list[Any]:
+            return [Inert(r) for r in renderables]
+
+    class InertConsole(Console):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.push_render_hook(Hook())
+
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(printable(text, keep="\n"), **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            """A reader that left (``| head -1``): stdout to /dev/null, as rich does, then BrokenPipeError, which
+            the CLI ends quietly with 0 (rich itself raises SystemExit(1), an exit 1 without a word)."""
+            if self.quiet:
+                return
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise BrokenPipeError
+
+    return InertConsole
 
 
 def _table(title: str | None, columns: Sequence[str], numeric: Iterable[bool] = ()) -> Table:

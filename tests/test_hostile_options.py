@@ -1,0 +1,282 @@
+"""Hostile inputs, round 3 (issue 30), families 4–6: user patterns and files, option values, Dask scheduler
+addresses and peers. Each case is exit 2 with one line naming the limit, quickly (nothing connects, nothing
+hangs); the Dask peers are sockets made here (nothing listening, a silent listener, one that answers garbage)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+KINETO_DIR = REPO / "fixtures" / "kineto" / "tp2_prefill_serial"
+KINETO_FILE = KINETO_DIR / "rank0.json.gz"
+pytestmark = pytest.mark.timeout(120)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, list[str]]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, [line for line in err.splitlines() if line.strip()]
+
+
+def assert_one_line(code: int, err: list[str], problem: str) -> None:
+    assert code == 2, err
+    assert len(err) == 1 and problem in err[0], err
+
+
+# -- user patterns and files ---------------------------------------------------------------------------------------
+def _rules(tmp_path: Path, match: str) -> Path:
+    path = tmp_path / "rules.toml"
+    path.write_text(f"[[rule]]\nid = \"mine\"\nbucket = \"gemm\"\nmatch = '{match}'\n")
+    return path
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", r"(\w*x?)*y", "(x(?:y|z+){3})+"])
+def test_catastrophic_patterns_are_refused_before_matching(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          pattern: str) -> None:
+    names = tmp_path / "names.txt"
+    names.write_text("a" * 5000 + "!\n")
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules", str(_rules(tmp_path, pattern))])
+    assert_one_line(code, err, "an unbounded repetition inside another")
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--layer-pattern", pattern])
+    assert_one_line(code, err, f"--layer-pattern {pattern!r} has an unbounded repetition inside another")
+    assert time.monotonic() - started < 20
+
+
+def test_plain_repeated_groups_stay_allowed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    names = tmp_path / "names.txt"
+    names.write_text("my_abab_kernel\n")
+    code, out, err = run_cli(capsys, ["classify", str(names), "--json", "--rules",
+                                      str(_rules(tmp_path, "my_(ab)+_k(?:er|ne)+l"))])
+    assert code == 0, err
+    assert '"rule": "mine"' in out
+
+
+def test_rules_files_that_are_too_big_or_too_deep(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    names = tmp_path / "names.txt"
+    names.write_text("k\n")
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (2 << 20) + "\n")
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules", str(big)])
+    assert_one_line(code, err, "rules file larger than 1 MiB")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules", str(deep)])
+    assert_one_line(code, err, "nested too deeply")
+    if Path("/dev/zero").exists():
+        code, _, err = run_cli(capsys, ["classify", str(names), "--rules", "/dev/zero"])
+        assert_one_line(code, err, "rules file larger than 1 MiB")
+
+
+# -- option values ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["nan", "inf", "1e309", "-inf"])
+def test_fail_if_slower_must_be_a_finite_percentage(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    code, _, err = run_cli(capsys, ["diff", str(KINETO_FILE), "--vs", str(KINETO_FILE), "--fail-if-slower", value])
+    assert code == 2 and len(err) == 1 and "--fail-if-slower" in err[0], err
+
+
+@pytest.mark.parametrize("window", ["1e300:1e301", "0:1e308", "1e10:"])
+def test_windows_beyond_int64_nanoseconds_are_bad_input(capsys: pytest.CaptureFixture[str], window: str) -> None:
+    code, _, err = run_cli(capsys, ["summary", "--json", str(KINETO_FILE), "--window", window])
+    assert_one_line(code, err, "START and END are at most 9.22e+09 s")
+
+
+def test_a_window_in_exponent_notation_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    """``5e-1:10`` was refused; it is the window 0.5 s to 10 s, as ``0.5:10`` (the same answer)."""
+    from traceanalyzer.loaders.limits import parse_window
+
+    assert parse_window("5e-1:1e1") == parse_window("0.5:10")
+    nsys = REPO / "fixtures" / "nsys" / "tp2_prefill_serial.sqlite"  # kernels from 7.75 s of its clock
+    a = run_cli(capsys, ["summary", "--json", str(nsys), "--window", "78e-1:8.3"])
+    b = run_cli(capsys, ["summary", "--json", str(nsys), "--window", "7.8:8.3"])
+    assert a[0] == 0 and a[1] == b[1]
+
+
+def test_a_gpu_log_from_year_9999_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    log = tmp_path / "power.csv"
+    log.write_text("timestamp, index, power.draw [W], power.limit [W]\n"
+                   "9999/11/30 14:29:52.363, 0, 300.0, 700.0\n")
+    code, _, err = run_cli(capsys, ["summary", "--json", str(KINETO_FILE), "--gpu-log", str(log)])
+    assert_one_line(code, err, "no readable timestamps")
+
+
+# -- Dask scheduler addresses and peers --------------------------------------------------------------------------------
+pytest.importorskip("distributed")
+
+
+@pytest.mark.parametrize(("address", "problem"), [
+    ("not-a-url", "is not [PROTOCOL://]HOST:PORT"),
+    ("tcp://:8786", "is not [PROTOCOL://]HOST:PORT"),
+    ("tcp://host:99999", "is not [PROTOCOL://]HOST:PORT"),
+    ("inproc://10.0.0.1/1/2", "uses inproc://"),
+    ("ucx://10.0.0.1:8786", "uses ucx://"),
+    ("tls://10.0.0.1:8786", "uses tls:// but dask's configuration has no client certificate"),
+    ("tcp://" + "h" * 100_000 + ":8786", "is 100,011 characters long"),
+])
+def test_bad_scheduler_addresses_are_refused_before_connecting(capsys: pytest.CaptureFixture[str], address: str,
+                                                              problem: str) -> None:
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler", address])
+    assert_one_line(code, err, problem)
+    assert time.monotonic() - started < 5 and len(err[0]) < 400
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[socket.socket, list[bytes]]]:
+    """A TCP listener on loopback; ``replies`` (set by the test) is what it sends each connection, then it holds
+    the connection open without a word."""
+    server = socket.create_server(("127.0.0.1", 0))
+    replies: list[bytes] = []
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            for reply in replies:
+                conn.sendall(reply)
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server, replies
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_nothing_listening_fails_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # closed when the block ends: nothing listens there
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler",
+                                    f"tcp://127.0.0.1:{port}"])
+    assert_one_line(code, err, f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("reply", "problem"), [
+    (b"", "is not a Dask scheduler: it said nothing within 2 s"),  # accepts, silent: was a hang
+    (b"\xff" * 64, "is not a Dask scheduler"),  # garbage: was a 3 EiB allocation, MemoryError
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "is not a Dask scheduler: it answered 8 bytes"),
+])
+def test_peers_that_are_not_dask_schedulers(capsys: pytest.CaptureFixture[str],
+                                            listener: tuple[socket.socket, list[bytes]], reply: bytes,
+                                            problem: str) -> None:
+    import re
+
+    server, replies = listener
+    replies.append(reply)
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler", address,
+                                    "--scheduler-timeout", "2"])
+    assert code == 2 and len(err) == 1 and re.search(problem, err[0]), err
+    assert time.monotonic() - started < 30
+
+
+def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--engine dask -j 16`` on two files started 16 workers (19 processes): now 2."""
+    from traceanalyzer import on_dask
+
+    asked: list[int] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(scheduler: object, jobs: int, timeout: float = 10.0) -> object:
+        asked.append(jobs)
+        raise Stop
+
+    monkeypatch.setattr(on_dask, "dask_client", fake)
+    with pytest.raises(Stop):
+        import traceanalyzer as ta
+
+        ta.summary([KINETO_DIR / "rank0.json.gz", KINETO_DIR / "rank1.json.gz"], engine="dask", jobs=16)
+    assert asked == [2]
+
+
+def test_relative_paths_reach_workers_with_another_working_directory(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue: ``--engine dask`` with a relative path failed ("no such file") where the workers' working
+    directory differs. The workers here start in the repository; the driver runs in tmp_path, beside the file."""
+    import json
+    import logging
+    import shutil
+
+    from distributed import LocalCluster
+
+    shutil.copyfile(KINETO_FILE, tmp_path / "rank0.json.gz")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cluster:
+        monkeypatch.chdir(tmp_path)
+        code, out, err = run_cli(capsys, ["summary", "--json", "rank0.json.gz", "--engine", "dask", "--scheduler",
+                                          cluster.scheduler_address])
+        assert code == 0, err
+        assert [t["path"] for t in json.loads(out)["traces"]] == ["rank0.json.gz"]  # as the user named it
+
+
+def test_a_reader_that_leaves_ends_the_summary_quietly() -> None:
+    """``summary | head -1``: exit 0 and nothing on stderr (rich's own handling was a silent exit 1)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -m traceanalyzer.cli summary "{KINETO_DIR}" | head -1;'
+                           ' exit "${PIPESTATUS[0]}"'], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("traceanalyzer summary of")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc and fork")
+def test_sigterm_under_jobs_stops_the_workers(tmp_path: Path) -> None:
+    """The issue: SIGTERM 0.8 s into ``summary -j 2`` left both pool workers running. Now it ends as Ctrl-C does,
+    workers terminated, exit 143 (128 + SIGTERM)."""
+    import signal
+    import subprocess
+    import sys
+
+    from test_hostile import _pool_case, _survivors
+
+    script = _pool_case(tmp_path, bad=False)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), "sigterm"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.8)
+        proc.send_signal(signal.SIGTERM)  # the parent only, as `kill PID` does
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        time.sleep(0.5)
+        left = _survivors(str(script))
+    assert proc.returncode == 128 + signal.SIGTERM and left == []
+
+
+def test_a_result_cut_by_the_file_size_limit_is_exit_2(tmp_path: Path) -> None:
+    """``ulimit -f``: ``summary --json > file`` was silently truncated with exit 0."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.json"
+    proc = subprocess.run(["bash", "-c", f'ulimit -f 4; "{sys.executable}" -m traceanalyzer.cli summary --json '
+                           f'"{KINETO_DIR}" > "{out}"'], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["Error: cannot write the standard output: file too large (ulimit -f)"]
