@@ -19,7 +19,7 @@ import numpy as np
 
 from traceanalyzer.classify import classify_names, classify_trace
 from traceanalyzer.classify.normalize import normalize_name
-from traceanalyzer.trace import StringPool, Table, Trace
+from traceanalyzer.model.trace import StringPool, Table, Trace
 
 NAMES_CSV = Path(__file__).resolve().parents[1] / "tests" / "data" / "kernel_names_extra.csv"
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import traceanalyzer as ta
-from traceanalyzer.diff_runs import diff
+from traceanalyzer.commands.diff import diff
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _time(paths: list[str], runs: int) -> tuple[float, float, int, int]:
-    from traceanalyzer import pipeline
-    from traceanalyzer.analysis.dep_graph import build_graph
-    from traceanalyzer.analysis.whatif_sim import Change, simulate
+    from traceanalyzer.analysis.what_if.dep_graph import build_graph
+    from traceanalyzer.analysis.what_if.simulate import Change, simulate
+    from traceanalyzer.pipeline import summarize as pipeline
 
     best_s = best_w = float("inf")
     nodes = edges = 0

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 import traceanalyzer as ta
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.pipeline.summarize import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDING = {"graph": "host_bound_no_cuda_graphs", "norm": "norm_not_fused", "sync": "idle_gaps_host_cause"}

@@ -13,8 +13,8 @@ from traceanalyzer.analysis.results import (
     TraceMeta,
     WhatIf,
 )
+from traceanalyzer.model.trace import Trace
 from traceanalyzer.testing.synth import make_trace
-from traceanalyzer.trace import Trace
 
 HOSTILE = ("<script>alert(1)</script>", "\"><img src=x onerror=alert(1)>", "</script><script>alert(2)</script>")
 STEP_NS = 10_000

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceanalyzer.call_starts import Columns
+from traceanalyzer.model.call_starts import Columns
 
 
 def decoded(blocks: Columns, offsets: np.ndarray, rank: int | None = None) -> np.ndarray:
-    """The starts (int64 ns) of every call of ``traceanalyzer.call_starts`` blocks, or of ``rank``'s, block by
+    """The starts (int64 ns) of every call of ``traceanalyzer.model.call_starts`` blocks, or of ``rank``'s, block by
     block (each block in start order)."""
     sel = np.arange(len(blocks["first"])) if rank is None else np.flatnonzero(np.asarray(blocks["rank"]) == rank)
     parts = [blocks["start_ns"][i] + offsets[blocks["first"][i]:blocks["first"][i] + blocks["rows"][i]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceanalyzer.api import assign_ranks_across_files
+from traceanalyzer.pipeline.loading import assign_ranks_across_files
 from traceanalyzer.testing.synth import make_trace
 
 

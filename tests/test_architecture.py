@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import traceanalyzer
-from traceanalyzer.buckets import BUCKET_COLORS, BUCKETS, EXCLUSIVE_PRECEDENCE
+from traceanalyzer.model.buckets import BUCKET_COLORS, BUCKETS, EXCLUSIVE_PRECEDENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(traceanalyzer.__file__).resolve().parent
@@ -74,7 +74,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycles_counting_lazy_imports() -> None:
     graph = import_graph(PACKAGE)
-    assert "traceanalyzer.pipeline" in graph and graph["traceanalyzer.analysis.summary"]
+    assert "traceanalyzer.pipeline.summarize" in graph and graph["traceanalyzer.analysis.summary"]
     assert cycle(graph) is None, f"import cycle: {' -> '.join(cycle(graph) or [])}"
 
 
@@ -128,14 +128,14 @@ def _bucket_literals(path: Path) -> list[int]:
 def test_buckets_are_declared_once() -> None:
     assert sorted(EXCLUSIVE_PRECEDENCE) == sorted(BUCKETS) == sorted(BUCKET_COLORS)
     spelled = {str(p.relative_to(PACKAGE)): lines for p in PACKAGE.rglob("*.py")
-               if p.name != "buckets.py" and (lines := _bucket_literals(p))}
-    assert spelled == {}, f"bucket lists outside traceanalyzer/buckets.py: {spelled}"
-    assert _bucket_literals(PACKAGE / "buckets.py") == [] and len(BUCKETS) >= 3  # built from BUCKET_TABLE
+               if p != PACKAGE / "model" / "buckets.py" and (lines := _bucket_literals(p))}
+    assert spelled == {}, f"bucket lists outside traceanalyzer/model/buckets.py: {spelled}"
+    assert _bucket_literals(PACKAGE / "model" / "buckets.py") == [] and len(BUCKETS) >= 3  # built from BUCKET_TABLE
 
 
 #: Small concepts with one home: name → the module (under traceanalyzer/) that defines it.
-ONE_HOME = {"PathLike": "trace.py", "fmt_ns": "units.py", "fmt_ms": "units.py", "fmt_brief_ns": "units.py",
-            "fmt_round_ns": "units.py", "fmt_pct": "units.py"}
+ONE_HOME = {"PathLike": "model/trace.py", "fmt_ns": "model/units.py", "fmt_ms": "model/units.py",
+            "fmt_brief_ns": "model/units.py", "fmt_round_ns": "model/units.py", "fmt_pct": "model/units.py"}
 
 
 def test_small_concepts_are_defined_once() -> None:

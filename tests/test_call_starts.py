@@ -1,4 +1,4 @@
-"""Every API call's start in 4 bytes (traceanalyzer.call_starts): blocks decode to the starts they were made from,
+"""Every API call's start in 4 bytes (traceanalyzer.model.call_starts): blocks decode to the starts they were made from,
 and the counts per window equal counting the plain starts."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from references import decoded
 
-from traceanalyzer.call_starts import BLOCK_SPAN_NS, counts_between, start_blocks
+from traceanalyzer.model.call_starts import BLOCK_SPAN_NS, counts_between, start_blocks
 
 
 def _encoded(start: np.ndarray, pid: np.ndarray, rank_of: dict[int, int], chunk: int

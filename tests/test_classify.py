@@ -23,8 +23,8 @@ from traceanalyzer.classify import (
     refine_with_context,
 )
 from traceanalyzer.classify.demangle import demangle
-from traceanalyzer.errors import BadInputError, RulesError
-from traceanalyzer.trace import StringPool, Table, Trace
+from traceanalyzer.model.errors import BadInputError, RulesError
+from traceanalyzer.model.trace import StringPool, Table, Trace
 
 DATA = Path(__file__).parent / "data"
 LABEL_ALIASES = {"moe_gemm_other": "moe_gemm"}

@@ -236,7 +236,7 @@ def test_jobs_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_internal_error_gives_exit_1_and_one_line(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import traceanalyzer.api as api
+    import traceanalyzer.pipeline.loading as api
 
     def boom(path: object) -> None:
         raise ZeroDivisionError("synthetic")

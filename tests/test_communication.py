@@ -1,4 +1,4 @@
-"""The communication vocabulary (``traceanalyzer/communication.py``): NCCL's bus factors per collective and world
+"""The communication vocabulary (``traceanalyzer/model/communication.py``): NCCL's bus factors per collective and world
 size, one declaration of each concept, and the same bus bandwidth in the export / report table and in the
 ``low_comm_bandwidth`` finding."""
 
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import traceanalyzer
-from traceanalyzer import communication
 from traceanalyzer.analysis.collectives import with_transfer
-from traceanalyzer.communication import KIND_NAMES, KINDS, bus_factor, bus_factors, kind_of, link_peak_gbps
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.model import communication
+from traceanalyzer.model.communication import KIND_NAMES, KINDS, bus_factor, bus_factors, kind_of, link_peak_gbps
+from traceanalyzer.pipeline.summarize import summarize
 from traceanalyzer.testing.synth import make_trace
 
 PACKAGE = Path(traceanalyzer.__file__).resolve().parent
-VOCABULARY = PACKAGE / "communication.py"
+VOCABULARY = PACKAGE / "model" / "communication.py"
 
 # nccl-tests PERFORMANCE.md: busbw = algbw × this
 ALLREDUCE = ("allreduce", "all_reduce", "custom_allreduce", "allreduce_fusion")
@@ -95,7 +95,7 @@ def test_communication_vocabulary_is_declared_once() -> None:
         if lines := _kind_literals(tree):
             spelled[str(rel)] = lines
     assert again == {}, f"communication vocabulary declared again: {again}"
-    assert spelled == {}, f"lists of collective kinds outside traceanalyzer/communication.py: {spelled}"
+    assert spelled == {}, f"lists of collective kinds outside traceanalyzer/model/communication.py: {spelled}"
 
 
 def _rank(rank: int, kind: str, group: int, nbytes: int, dur_ns: int):

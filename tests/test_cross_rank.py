@@ -10,9 +10,9 @@ import pytest
 
 from traceanalyzer.analysis.cross_rank import analyze_cross_rank
 from traceanalyzer.analysis.results import DeviceSummary
-from traceanalyzer.communication import bus_factor
+from traceanalyzer.model.communication import bus_factor
+from traceanalyzer.model.trace import Trace
 from traceanalyzer.testing.synth import make_trace
-from traceanalyzer.trace import Trace
 
 
 def _device(rank: int, rows: list[tuple[int, int, int]], *, path: str, kind: str = "allreduce",
@@ -137,8 +137,8 @@ def test_bus_factor(kind: str, n: int, factor: float) -> None:
 
 @pytest.fixture(scope="module")
 def prefill_serial(shared_data):  # type: ignore[no-untyped-def]
-    from traceanalyzer.api import load_many
-    from traceanalyzer.pipeline import summarize
+    from traceanalyzer.pipeline.loading import load_many
+    from traceanalyzer.pipeline.summarize import summarize
 
     k = shared_data / "h200" / "kineto"
     return summarize(load_many([k / "prefill_serial_rank0.json.gz", k / "prefill_serial_rank1.json.gz"]),
@@ -173,7 +173,7 @@ def _synthetic_rank(rank: int, comm_start: int) -> Trace:
 
 
 def test_summarize_wires_cross_rank_and_what_if() -> None:
-    from traceanalyzer.pipeline import summarize
+    from traceanalyzer.pipeline.summarize import summarize
 
     s = summarize([_synthetic_rank(0, 4_000), _synthetic_rank(1, 5_000)], findings=False)
     cr = s.cross_rank

@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from traceanalyzer.errors import BadInputError, OutputError
-from traceanalyzer.pipeline import summary
+from traceanalyzer.model.errors import BadInputError, OutputError
+from traceanalyzer.pipeline.summarize import summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from gen_ranks import replicate_files

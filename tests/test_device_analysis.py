@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from traceanalyzer.analysis.activity import gather
 from traceanalyzer.analysis.device import analyze_device
-from traceanalyzer.analysis.steps import detect_steps, step_windows
+from traceanalyzer.analysis.structure.steps import detect_steps, step_windows
 from traceanalyzer.analysis.summary import SummaryOptions
 from traceanalyzer.testing.synth import make_trace
 
@@ -242,7 +242,7 @@ def test_device_numbers_match_brute_force(kernels, memops):
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 100), st.integers(1, 20)), min_size=1, max_size=12),
        st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), min_size=1, max_size=6))
 def test_gpu_projection_matches_brute_force(kernels, ranges):
-    from traceanalyzer.analysis.steps import project_to_gpu
+    from traceanalyzer.analysis.structure.steps import project_to_gpu
 
     # kernel i launched at host time `launch` (correlation i+1), runs [start, start+dur) on the GPU
     t = make_trace(kernels=[(s, s + d, 0, 7, "k", "gemm", None, i + 1) for i, (_, s, d) in enumerate(kernels)],

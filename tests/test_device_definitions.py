@@ -10,13 +10,13 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.device import _exclusive
 from traceanalyzer.analysis.grouped import dense_codes, distinct, sorted_runs
-from traceanalyzer.analysis.steps import project_to_gpu
-from traceanalyzer.analysis.what_if import _contention, _dependency_latency
+from traceanalyzer.analysis.numeric import intervals as iv
+from traceanalyzer.analysis.structure.steps import project_to_gpu
+from traceanalyzer.analysis.what_if.comm_free import _contention, _dependency_latency
 from traceanalyzer.findings.evidence import NORM_NAME, _names_match, most_frequent_names
-from traceanalyzer.trace import StringPool, Table, Trace
+from traceanalyzer.model.trace import StringPool, Table, Trace
 
 _spans = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(0, 30)), min_size=0, max_size=60)
 _windows = st.lists(st.tuples(st.integers(0, 230), st.integers(0, 40)), min_size=0, max_size=6)

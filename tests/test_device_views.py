@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceanalyzer.analysis.activity import _rows_of
-from traceanalyzer.trace import Table
+from traceanalyzer.model.trace import Table
 
 _rows = st.lists(st.tuples(st.integers(-1, 2), st.integers(0, 2), st.integers(0, 50)), min_size=0, max_size=40)
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.analysis.compare import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts
 from traceanalyzer.analysis.device import device_key
-from traceanalyzer.analysis.kernel_match import match_kernels, role_key
+from traceanalyzer.analysis.diff.compare import DIFF_SCHEMA_VERSION, VERDICTS, _round_parts
+from traceanalyzer.analysis.diff.kernel_match import match_kernels, role_key
 from traceanalyzer.cli import main
-from traceanalyzer.diff_runs import diff
+from traceanalyzer.commands.diff import diff
 from traceanalyzer.testing.synth import make_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +177,7 @@ def test_html_escapes_trace_strings() -> None:
 
 
 def test_findings_delta_statuses() -> None:
-    from traceanalyzer.analysis.kernel_match import compare_findings
+    from traceanalyzer.analysis.diff.kernel_match import compare_findings
     from traceanalyzer.analysis.results import Finding
 
     def f(fid: str, ns: int) -> Finding:
@@ -223,8 +223,8 @@ def test_ta_diff_stays_a_function_after_the_cli_is_imported() -> None:
     import traceanalyzer as ta
 
     importlib.import_module("traceanalyzer.cli")
-    importlib.import_module("traceanalyzer.diff_runs")
-    assert callable(ta.diff) and ta.diff.__module__ == "traceanalyzer"
+    importlib.import_module("traceanalyzer.commands.diff")
+    assert callable(ta.diff) and ta.diff.__module__ == "traceanalyzer.api"
 
 
 def test_a_run_without_steps_is_not_comparable() -> None:
@@ -246,9 +246,9 @@ def test_a_run_without_steps_is_not_comparable() -> None:
 def test_step_components_always_add_up(kernels, memops, n_steps) -> None:
     from references import component_columns
 
-    from traceanalyzer.analysis.attribution import step_components
-    from traceanalyzer.buckets import EXCLUSIVE_PRECEDENCE
-    from traceanalyzer.pipeline import summarize
+    from traceanalyzer.analysis.diff.attribution import step_components
+    from traceanalyzer.model.buckets import EXCLUSIVE_PRECEDENCE
+    from traceanalyzer.pipeline.summarize import summarize
 
     rows = [(s, s + d, 0, stream, *(AR if b == "communication" else (f"k_{b}", b, "")), i)
             for i, (s, d, b, stream, _) in enumerate(kernels)]
@@ -298,7 +298,7 @@ def test_pass_three_needs_a_real_bucket_and_comparable_time() -> None:
 
 
 def test_a_ready_summary_is_a_side_and_is_left_intact() -> None:
-    from traceanalyzer.pipeline import summarize
+    from traceanalyzer.pipeline.summarize import summarize
 
     summary = summarize([stepped_trace(100, 20)])
     result = diff(summary, stepped_trace(110, 30))
@@ -316,8 +316,8 @@ def test_a_side_holding_two_runs_is_not_comparable() -> None:
 
 
 def test_different_layer_counts_are_not_comparable() -> None:
-    from traceanalyzer.analysis.compare import build_side, compare
-    from traceanalyzer.pipeline import summarize
+    from traceanalyzer.analysis.diff.compare import build_side, compare
+    from traceanalyzer.pipeline.summarize import summarize
 
     side = build_side(summarize([stepped_trace(100, 20)]))
     result = compare(replace(side, layers_per_step=4), replace(side, layers_per_step=8))

@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.analysis import intervals as iv
 from traceanalyzer.analysis.activity import COMMUNICATION, DeviceActivity
-from traceanalyzer.analysis.attribution import _wait_intervals, step_components
-from traceanalyzer.analysis.compare import diff_summaries
 from traceanalyzer.analysis.device import device_key
-from traceanalyzer.analysis.kernel_match import _group_rows, collective_table, kernel_groups
+from traceanalyzer.analysis.diff.attribution import _wait_intervals, step_components
+from traceanalyzer.analysis.diff.compare import diff_summaries
+from traceanalyzer.analysis.diff.kernel_match import _group_rows, collective_table, kernel_groups
+from traceanalyzer.analysis.numeric import intervals as iv
 from traceanalyzer.analysis.results import CrossRankSummary, DeviceSummary, Summary
 from traceanalyzer.analysis.summary import SKIPPABLE, SummaryOptions
-from traceanalyzer.buckets import EXCLUSIVE_PRECEDENCE
 from traceanalyzer.classify.normalize import normalize_name
-from traceanalyzer.diff_runs import DIFF_SKIPS, diff
-from traceanalyzer.pipeline import summarize, summary
+from traceanalyzer.commands.diff import DIFF_SKIPS, diff
+from traceanalyzer.model.buckets import EXCLUSIVE_PRECEDENCE
+from traceanalyzer.pipeline.summarize import summarize, summary
 from traceanalyzer.render.diff import print_diff, render_diff_html
 from traceanalyzer.render.terminal import make_console
 from traceanalyzer.testing.synth import make_trace

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceanalyzer.diff_runs import DiffResult, diff
+from traceanalyzer.commands.diff import DiffResult, diff
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "fixtures"

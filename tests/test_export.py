@@ -215,7 +215,7 @@ def test_bad_input_leaves_nothing_written(tmp_path, capsys):
 
 
 def test_a_failed_write_keeps_the_previous_database(tmp_path, monkeypatch):
-    ex = importlib.import_module("traceanalyzer.export")  # ``import traceanalyzer.export as`` gives ta.export
+    ex = importlib.import_module("traceanalyzer.commands.export")
 
     db = tmp_path / "a.db"
     summary = ta.summary([KINETO_DIR])
@@ -265,7 +265,7 @@ def test_loaded_traces_export_and_a_summary_without_activity_is_refused(tmp_path
 
 
 def test_a_database_that_cannot_be_written_is_bad_input(tmp_path, capsys, monkeypatch):
-    ex = importlib.import_module("traceanalyzer.export")
+    ex = importlib.import_module("traceanalyzer.commands.export")
 
     def full(*args, **kwargs):
         raise sqlite3.OperationalError("database or disk is full")
@@ -278,7 +278,7 @@ def test_a_database_that_cannot_be_written_is_bad_input(tmp_path, capsys, monkey
 
 def test_one_analysis_pass(tmp_path, monkeypatch):
     """The export writes the summary's own results: one summary (one reduce), no second analysis of its own."""
-    pipeline = importlib.import_module("traceanalyzer.pipeline")
+    pipeline = importlib.import_module("traceanalyzer.pipeline.summarize")
     calls = []
     original = pipeline.reduce_parts
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.analysis.summary import SummaryOptions
-from traceanalyzer.api import load_many
 from traceanalyzer.findings import FindingThresholds, run_findings
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.pipeline.loading import load_many
+from traceanalyzer.pipeline.summarize import summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

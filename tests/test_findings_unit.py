@@ -13,7 +13,7 @@ from pathlib import Path
 from traceanalyzer.analysis.summary import SummaryOptions
 from traceanalyzer.findings import FindingOptions, FindingThresholds, run_findings
 from traceanalyzer.findings.context import kinds_text
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.pipeline.summarize import summarize
 from traceanalyzer.testing.synth import make_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceanalyzer.analysis.frames import array_of, empty_frame, frame
+from traceanalyzer.analysis.numeric.frames import array_of, empty_frame, frame
 
 
 def _random_columns(rng: np.random.Generator) -> dict[str, Any]:

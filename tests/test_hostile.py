@@ -404,7 +404,7 @@ def test_library_warnings_do_not_reach_the_user() -> None:
     script = (
         "import sys, warnings\n"
         "import pandas as pd\n"
-        "import traceanalyzer.pipeline as pipeline\n"
+        "import traceanalyzer.pipeline.summarize as pipeline\n"
         "real = pipeline.summarize_paths\n"
         "def noisy(*a, **k):\n"
         "    warnings.warn('DataFrame is highly fragmented', pd.errors.PerformanceWarning, stacklevel=1)\n"

@@ -193,7 +193,7 @@ def test_peers_that_are_not_dask_schedulers(capsys: pytest.CaptureFixture[str],
 
 def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--engine dask -j 16`` on two files started 16 workers (19 processes): now 2."""
-    from traceanalyzer import on_dask
+    from traceanalyzer.pipeline import dask_engine as on_dask
 
     asked: list[int] = []
 

@@ -316,8 +316,8 @@ def test_a_replaced_database_loses_the_old_wal_with_it(history: Path, tmp_path: 
 _APPEND_SCRIPT = """
 import sys, time
 from pathlib import Path
-import traceanalyzer.export
-export = sys.modules['traceanalyzer.export']
+import traceanalyzer.commands.export
+export = sys.modules['traceanalyzer.commands.export']
 real = export._write
 def slow(*args, **kwargs):  # hold the write lock a while, so the appends overlap
     out = real(*args, **kwargs)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.cli import main
-from traceanalyzer.errors import printable
+from traceanalyzer.model.errors import printable
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_FILE = REPO / "fixtures" / "kineto" / "tp2_prefill_serial" / "rank0.json.gz"

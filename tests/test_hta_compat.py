@@ -10,7 +10,7 @@ import pytest
 
 from traceanalyzer.analysis.hta_compat import hta_compat_traces, hta_merge, hta_overlap, hta_us
 from traceanalyzer.cli import main
-from traceanalyzer.pipeline import hta_compat
+from traceanalyzer.pipeline.summarize import hta_compat
 from traceanalyzer.testing.synth import make_trace
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "hta_reference.json").read_text())

@@ -17,7 +17,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.analysis.results import Summary
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.pipeline.summarize import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 TRUTH = ROOT / "fixtures" / "truth" / "impacts"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.analysis import intervals as iv
+from traceanalyzer.analysis.numeric import intervals as iv
 
 
 def arr(*xs: int) -> np.ndarray:

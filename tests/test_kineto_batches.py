@@ -13,8 +13,8 @@ import pytest
 from kineto_samples import document, event, kernel, raw_number, sample_events, write
 
 import traceanalyzer as ta
-from traceanalyzer.errors import BadInputError
 from traceanalyzer.loaders import beside, kineto_read, load_one
+from traceanalyzer.model.errors import BadInputError
 
 TABLES = ("kernels", "memops", "ranges", "api_calls", "collectives")
 
@@ -195,7 +195,7 @@ def test_share_uses_a_helper_and_falls_back_to_this_process(monkeypatch: pytest.
 
 def test_a_file_that_changes_while_read_is_bad_input(tmp_path: Path) -> None:
     """Read, not mapped: a file truncated (or grown) under the reader is exit 2, never SIGBUS."""
-    from traceanalyzer.errors import FileChangedError
+    from traceanalyzer.model.errors import FileChangedError
 
     text = json.dumps(document(many_events(3))).encode()
     path = tmp_path / "t.json"

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from kineto_samples import document, event, kernel, sample_events, write
 
 from traceanalyzer.cli import main
-from traceanalyzer.errors import BadInputError
 from traceanalyzer.loaders import load_one
 from traceanalyzer.loaders.kineto_read import MAX_JSON_BYTES_ENV, GzipLimits
+from traceanalyzer.model.errors import BadInputError
 
 VALID = json.dumps(document(sample_events()))
 

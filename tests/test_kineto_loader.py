@@ -16,8 +16,8 @@ from kineto_samples import document, event, kernel, raw_number, sample_events, u
 
 import traceanalyzer as ta
 from traceanalyzer.cli import main
-from traceanalyzer.errors import BadInputError
 from traceanalyzer.loaders import kineto, load_one
+from traceanalyzer.model.errors import BadInputError
 
 BASE = 1_790_857_026_000_000_000
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from traceanalyzer import load
-from traceanalyzer.errors import BadInputError
 from traceanalyzer.loaders.limits import Window, json_size, kineto_estimate, nsys_estimate, parse_window
+from traceanalyzer.model.errors import BadInputError
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS = REPO / "fixtures" / "nsys" / "tp2_prefill_serial.sqlite"
@@ -124,7 +124,7 @@ def test_budget_is_the_smaller_of_meminfo_and_the_cgroup_room(tmp_path: Path, mo
 
 
 def test_window_travels_to_worker_processes() -> None:
-    from traceanalyzer.pipeline import summary
+    from traceanalyzer.pipeline.summarize import summary
 
     one = summary([KINETO], window="0.005:0.06")
     two = summary([KINETO], window="0.005:0.06", jobs=2)

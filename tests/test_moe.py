@@ -18,10 +18,10 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.analysis.moe import LAYER_COLUMNS
-from traceanalyzer.buckets import MOE_STAGES
 from traceanalyzer.classify import classify_names
 from traceanalyzer.classify.rules import parse_rules
-from traceanalyzer.errors import RulesError
+from traceanalyzer.model.buckets import MOE_STAGES
+from traceanalyzer.model.errors import RulesError
 from traceanalyzer.testing.synth_moe import MoeEpOptions, write_moe_ep
 
 REPO = Path(__file__).resolve().parents[1]

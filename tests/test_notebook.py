@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 import typing
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from _report_data import make_summary, make_traces
 
 import traceanalyzer as ta
-from traceanalyzer.analysis.notebook import html_table
+from traceanalyzer.render.notebook import html_table
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_DIR = REPO / "fixtures" / "kineto" / "tp2_prefill_serial"
@@ -38,9 +39,8 @@ def test_entry_points_have_typed_signatures() -> None:
     for fn in (ta.summary, ta.report, ta.export):
         params = inspect.signature(fn).parameters.values()
         assert not [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD], fn.__name__
-        hints = typing.get_type_hints(fn, globalns=vars(ta) | {"Summary": object, "ExportResult": object,
-                                                                "PerfettoResult": object,
-                                                                "ProgressFn": object})
+        hints = typing.get_type_hints(fn, globalns=vars(sys.modules[fn.__module__]) | {
+            "Summary": object, "ExportResult": object, "PerfettoResult": object, "ProgressFn": object})
         assert "return" in hints and hints["return"] is not typing.Any
     assert "step_range" in inspect.signature(ta.summary).parameters
     assert {"output", "cdn"} <= set(inspect.signature(ta.report).parameters)
@@ -49,9 +49,9 @@ def test_entry_points_have_typed_signatures() -> None:
 def test_module_imports_do_not_replace_the_functions() -> None:
     import importlib
 
-    importlib.import_module("traceanalyzer.report")
-    importlib.import_module("traceanalyzer.export")
-    assert callable(ta.report) and callable(ta.export) and ta.report.__module__ == "traceanalyzer"
+    importlib.import_module("traceanalyzer.commands.report")
+    importlib.import_module("traceanalyzer.commands.export")
+    assert callable(ta.report) and callable(ta.export) and ta.report.__module__ == "traceanalyzer.api"
 
 
 def test_df_of_a_missing_table_lists_the_tables() -> None:

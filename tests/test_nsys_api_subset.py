@@ -13,9 +13,9 @@ from conftest import FIXTURES, SHARED
 from references import decoded
 
 from traceanalyzer.analysis.host_issue import api_span_within, issue_ranges
-from traceanalyzer.api import load
 from traceanalyzer.loaders import SUMMARY_TABLES, nsys_sql
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.pipeline.loading import load
+from traceanalyzer.pipeline.summarize import summarize
 
 SHIPPED = sorted((FIXTURES / "nsys").glob("*.sqlite"))
 REAL = [SHARED / p for p in ("h200/nsys/tp2_prefill_serial.sqlite", "nsys-public/fuser_8xh100host_2024.6.2.sqlite",
@@ -88,7 +88,7 @@ def test_impossible_api_rows_are_counted_as_when_all_are_read(tmp_path: Path) ->
 
 def test_a_value_that_is_not_an_integer_is_named_as_before(tmp_path: Path) -> None:
     """group_concat text that does not parse sends the chunk to the tuple reader, which converts 3.0 and names text."""
-    from traceanalyzer.errors import CorruptFileError
+    from traceanalyzer.model.errors import CorruptFileError
 
     path = tmp_path / "float.sqlite"
     shutil.copyfile(SERIAL, path)

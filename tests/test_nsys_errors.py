@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.cli import main
-from traceanalyzer.errors import CorruptFileError, UnknownFormatError
 from traceanalyzer.loaders import nsys
+from traceanalyzer.model.errors import CorruptFileError, UnknownFormatError
 from traceanalyzer.testing.synth_nsys import write_nsys_export
 
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from traceanalyzer.cli import main
 from traceanalyzer.loaders import nsys
+from traceanalyzer.model.trace import Table
 from traceanalyzer.testing.synth_nsys import write_nsys_export
-from traceanalyzer.trace import Table
 
 REAL = sorted(p.relative_to(SHARED).as_posix() for pattern in ("nsys-public/*.sqlite", "h200/nsys/*.sqlite")
               for p in SHARED.glob(pattern)) if SHARED.is_dir() else []

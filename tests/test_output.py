@@ -1,4 +1,5 @@
-"""The one output writer (``traceanalyzer.output``) and the commands that use it: atomic replace, stdout, special
+"""The one output writer (``traceanalyzer.commands.output``) and the commands that use it: atomic replace, stdout,
+special
 files, input traces refused, write errors as exit 2 ``cannot write FILE: <reason>``, temporary files cleaned up."""
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from traceanalyzer import output
 from traceanalyzer.cli import main
-from traceanalyzer.errors import OutputError
+from traceanalyzer.commands import output
+from traceanalyzer.model.errors import OutputError
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_DIR = REPO / "fixtures" / "kineto" / "tp2_decode_graphs"
@@ -127,7 +128,7 @@ def test_fifo_written_in_place_or_refused_without_reader(tmp_path: Path) -> None
 def test_sigterm_during_the_write_removes_the_temporary_file(tmp_path: Path) -> None:
     script = (
         "import os, sys, time\n"
-        "from traceanalyzer import output\n"
+        "from traceanalyzer.commands import output\n"
         "def slow(fd):\n"
         "    sys.stdout.write('writing\\n'); sys.stdout.flush(); time.sleep(60)\n"
         "output.os.fsync = slow\n"

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceanalyzer.api import load_many
-from traceanalyzer.errors import BadInputError, UnknownFormatError
-from traceanalyzer.parallel import map_files
-from traceanalyzer.trace import Trace
+from traceanalyzer.model.errors import BadInputError, UnknownFormatError
+from traceanalyzer.model.trace import Trace
+from traceanalyzer.pipeline.loading import load_many
+from traceanalyzer.pipeline.workers import map_files
 
 
 def _rank_file(folder: Path, rank: int, kernels: int) -> Path:
@@ -101,7 +101,7 @@ def test_on_loaded_sees_every_returned_trace_once(rank_files: list[Path]) -> Non
 def test_summary_analysing_while_loading_matches_one_process(rank_files: list[Path], tmp_path: Path) -> None:
     """With workers, each trace is analysed as it arrives; the summary is the one of a single process — also when
     loading replaces a trace afterwards (colliding ranks renumbered: that trace is analysed again)."""
-    from traceanalyzer.pipeline import summarize_paths
+    from traceanalyzer.pipeline.summarize import summarize_paths
 
     def as_json(paths: list[Path], jobs: int) -> str:
         return json.dumps(summarize_paths(paths, jobs=jobs).to_json(), sort_keys=True)

@@ -1,11 +1,12 @@
-"""The pass grammar (analysis/pass_grammar.py) on kernel-name sequences whose passes are known by construction."""
+"""The pass grammar (analysis/structure/pass_grammar.py) on kernel-name sequences whose passes are known by
+construction."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from traceanalyzer.analysis import pass_grammar as pg
+from traceanalyzer.analysis.structure import pass_grammar as pg
 
 LAYER = [10, 11, 12, 13, 14, 15, 16]  # one decoder layer: 7 kernels, 7 names
 EMBED, LM_HEAD, ARGMAX, SETUP = 1, 2, 3, 4
@@ -114,7 +115,7 @@ def test_tandem_blocks_fit_their_pass():
 
 
 def test_outermost_phase_ranges_match_the_pairwise_definition():
-    from traceanalyzer.analysis.steps import _outermost
+    from traceanalyzer.analysis.structure.steps import _outermost
 
     rng = np.random.default_rng(1)
     for _ in range(300):

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import traceanalyzer as ta
 from traceanalyzer.cli import cli
-from traceanalyzer.export import PerfettoResult
+from traceanalyzer.commands.export import PerfettoResult
 from traceanalyzer.render import perfetto as pf
 from traceanalyzer.testing.synth_nsys import write_nsys_export
 
@@ -220,7 +220,7 @@ def test_cli(tmp_path: Path):
 
 
 def test_negative_timestamps_are_refused_and_nothing_written(tmp_path: Path):
-    from traceanalyzer.errors import BadInputError
+    from traceanalyzer.model.errors import BadInputError
     from traceanalyzer.testing.synth import make_trace
 
     trace = make_trace(kernels=[(-5_000, -1_000, 0, 7, "gemm_a", "gemm"), (0, 4_000, 0, 7, "gemm_b", "gemm")])

@@ -6,7 +6,7 @@ import gc
 
 from conftest import FIXTURES
 
-from traceanalyzer.pipeline import _long_lived, summarize_paths
+from traceanalyzer.pipeline.summarize import _long_lived, summarize_paths
 
 RUN = FIXTURES / "kineto" / "tp2_decode_eager"
 

@@ -6,8 +6,8 @@ import pytest
 
 from traceanalyzer.analysis.power import power_during
 from traceanalyzer.cli import main
-from traceanalyzer.errors import BadInputError
 from traceanalyzer.loaders.power_log import read_power_log
+from traceanalyzer.model.errors import BadInputError
 
 LOG = """timestamp, index, power.draw [W], power.limit [W], clocks.current.sm [MHz], utilization.gpu [%]
 2026/11/30 13:22:51.800, 0, 100.00, 700.00, 1980, 50

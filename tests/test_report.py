@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from _report_data import HOSTILE, STEP_NS, make_summary, make_traces
 
+from traceanalyzer.commands.report import default_output
 from traceanalyzer.render import html as ta_html
 from traceanalyzer.render import timeline
 from traceanalyzer.render.html import json_for_script, render_html
-from traceanalyzer.report import default_output
 
 SECTIONS = ["inputs", "headline", "breakdown", "timeline", "exposed", "gaps", "crossrank", "kernels", "metrics",
             "method"]
@@ -188,7 +188,7 @@ def _need(path: Path) -> Path:
 
 
 def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
-    from traceanalyzer.report import report
+    from traceanalyzer.commands.report import report
 
     written, summary = report([_need(KINETO_PAIR)], output=tmp_path / "out" / "pair.html")
     assert written == tmp_path / "out" / "pair.html"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from _report_data import HOSTILE, make_summary, make_traces
 
-from traceanalyzer.output import write_output
+from traceanalyzer.commands.output import write_output
 from traceanalyzer.render.html import render_html
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -166,7 +166,7 @@ def _assert_clean(probe: dict[str, Any]) -> None:
 
 
 def test_h200_report_renders_without_errors_or_network(browser: DevTools, tmp_path: Path) -> None:
-    from traceanalyzer.report import report
+    from traceanalyzer.commands.report import report
 
     page, _ = report([_h200_pair()], output=tmp_path / "h200.html")
     probe = open_report(browser, page)
@@ -190,7 +190,7 @@ def _hostile_copy(src: Path, dst: Path) -> Path:
 
 
 def test_hostile_trace_executes_nothing(browser: DevTools, tmp_path: Path) -> None:
-    from traceanalyzer.report import report
+    from traceanalyzer.commands.report import report
 
     traces = _hostile_copy(_h200_pair(), tmp_path / "hostile")
     page, summary = report([traces], output=tmp_path / "hostile.html")

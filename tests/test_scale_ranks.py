@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from traceanalyzer.pipeline import summary
+from traceanalyzer.pipeline.summarize import summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from gen_ranks import replicate, tiny

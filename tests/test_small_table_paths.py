@@ -8,7 +8,7 @@ import pytest
 
 from traceanalyzer.analysis.cross_rank import _first_of_each_key, _ordinals
 from traceanalyzer.analysis.grouped import run_quantile
-from traceanalyzer.analysis.what_if import OWN_TRANSFER_Q, _first_match, _issue_capped, _own_transfer
+from traceanalyzer.analysis.what_if.comm_free import OWN_TRANSFER_Q, _first_match, _issue_capped, _own_transfer
 
 SEEDS = range(20)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traceanalyzer.analysis.activity import gather
-from traceanalyzer.analysis.steps import step_windows
+from traceanalyzer.analysis.structure.steps import step_windows
 from traceanalyzer.testing.synth import make_trace
 
 

@@ -332,7 +332,7 @@ def _check_runs(case: dict[str, Any], summary: Any, files: list[Path]) -> None:
 @pytest.mark.parametrize("case", [c for c in CASES if c.get("expect_error")], ids=lambda c: c["id"])
 def test_unanalysable_inputs_say_why(case: dict[str, Any]):
     import traceanalyzer as ta
-    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.model.errors import TraceAnalyzerError
 
     if _uses_shared(case) and not SHARED.is_dir():
         pytest.skip("../shared/data is absent (real traces are only beside the development checkout)")

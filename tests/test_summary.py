@@ -187,7 +187,7 @@ def test_real_gpu_step_annotation_matches_projection(shared_data: Path) -> None:
     """Kineto's own GPU ProfilerStep windows equal our projection of the CPU steps through correlation ids."""
     import traceanalyzer as ta
     from traceanalyzer.analysis.activity import gather
-    from traceanalyzer.analysis.steps import _projected, ranges_named, step_windows
+    from traceanalyzer.analysis.structure.steps import _projected, ranges_named, step_windows
 
     trace = ta.load(_kineto(shared_data, "prefill_overlap")[0])
     act = gather(trace, 0, 0)
@@ -248,7 +248,7 @@ def test_bad_layer_pattern_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_step_range_matching_nothing_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     import traceanalyzer as ta
-    from traceanalyzer.errors import BadInputError
+    from traceanalyzer.model.errors import BadInputError
 
     t = make_trace(kernels=[(0, 10, 0, 7, "gemm", "gemm")], path="r0.json")
     with pytest.raises(BadInputError, match="--step-range 'train_step' matches no range in the trace — it has no "):

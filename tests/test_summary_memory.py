@@ -15,11 +15,11 @@ from traceanalyzer.analysis.activity import LAUNCH_COLUMNS, gather
 from traceanalyzer.analysis.device import device_key
 from traceanalyzer.classify.rules import rule_set
 from traceanalyzer.classify.trace_columns import classify_name_ids
-from traceanalyzer.pipeline import load_for_summary
-from traceanalyzer.schema import NARROW_IDS, fits_int16, fits_int32
-from traceanalyzer.stages import MAP_ONLY_TABLES
+from traceanalyzer.model.schema import NARROW_IDS, fits_int16, fits_int32
+from traceanalyzer.model.trace import StringPool
+from traceanalyzer.pipeline.stages import MAP_ONLY_TABLES
+from traceanalyzer.pipeline.summarize import load_for_summary
 from traceanalyzer.testing.synth_nsys import write_nsys_export
-from traceanalyzer.trace import StringPool
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nsys" / "tp2_prefill_serial.sqlite"
 BIG = 3_000_000_000  # past int32: a CUPTI correlation id or stream id is 32 bits unsigned
@@ -106,7 +106,7 @@ def test_derived_columns_cached_during_analysis_then_built_per_read() -> None:
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixture missing")
 def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
     from traceanalyzer.analysis.summary import SummaryOptions
-    from traceanalyzer.pipeline import _summarize
+    from traceanalyzer.pipeline.summarize import _summarize
 
     loaded = load_for_summary([FIXTURE])
     assert len(loaded[0].api_starts)
@@ -124,7 +124,7 @@ def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
 def test_without_rank_keeps_the_other_ranks_counts() -> None:
     from references import decoded
 
-    from traceanalyzer.call_starts import counts_between, start_blocks, without_rank
+    from traceanalyzer.model.call_starts import counts_between, start_blocks, without_rank
 
     rng = np.random.default_rng(7)
     parts, offsets, row = [], [], 0

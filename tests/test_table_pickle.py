@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from traceanalyzer.trace import PACK_MAX_BYTES, Table
+from traceanalyzer.model.trace import PACK_MAX_BYTES, Table
 
 
 def _random_table(rng: np.random.Generator, n: int) -> Table:

@@ -1,4 +1,4 @@
-"""Durations and percentages as text (``traceanalyzer/units.py``, their one home): the exact strings the
+"""Durations and percentages as text (``traceanalyzer/model/units.py``, their one home): the exact strings the
 terminal, the HTML pages, the diff and the finding titles show."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from traceanalyzer.units import fmt_brief_ns, fmt_ms, fmt_ns, fmt_pct, fmt_round_ns
+from traceanalyzer.model.units import fmt_brief_ns, fmt_ms, fmt_ns, fmt_pct, fmt_round_ns
 
 
 @pytest.mark.parametrize(("ns", "text"), [(512, "512 ns"), (1_234, "1.234 µs"), (12_345_678, "12.35 ms"),

@@ -15,9 +15,9 @@ import pytest
 
 from traceanalyzer.analysis.cross_rank import analyze_cross_rank
 from traceanalyzer.analysis.results import DeviceSummary
-from traceanalyzer.analysis.what_if import estimate_comm_free
+from traceanalyzer.analysis.what_if.comm_free import estimate_comm_free
+from traceanalyzer.model.trace import Trace
 from traceanalyzer.testing.synth import make_trace
-from traceanalyzer.trace import Trace
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
@@ -275,8 +275,8 @@ _CACHE: dict[str, Any] = {}
 
 
 def _summary(files: list[Path]):  # type: ignore[no-untyped-def]
-    from traceanalyzer.api import load_many
-    from traceanalyzer.pipeline import summarize
+    from traceanalyzer.pipeline.loading import load_many
+    from traceanalyzer.pipeline.summarize import summarize
 
     key = "|".join(map(str, files))
     if key not in _CACHE:

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceanalyzer.analysis import what_if_range as what_if
 from traceanalyzer.analysis.results import DeviceSummary
-from traceanalyzer.analysis.what_if import estimate_comm_free
+from traceanalyzer.analysis.what_if import range as what_if
+from traceanalyzer.analysis.what_if.comm_free import estimate_comm_free
 from traceanalyzer.testing.synth import make_trace
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.pipeline import summarize
+from traceanalyzer.pipeline.summarize import summarize
 from traceanalyzer.testing.synth_nsys import write_nsys_export
 
 RANKS, LAYERS, PASSES = 8, 78, 5

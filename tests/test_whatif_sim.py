@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 import traceanalyzer as ta
-from traceanalyzer.analysis.replay import CATEGORIES
+from traceanalyzer.analysis.what_if.replay import CATEGORIES
 from traceanalyzer.cli import cli, main
 from traceanalyzer.testing.synth import make_trace
 

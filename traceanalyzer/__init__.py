@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
-from .api import detect_format, info, load, load_many
-from .errors import BadInputError, ExitCode, TraceAnalyzerError
-from .trace import DeviceInfo, PathLike, StringPool, Table, Trace
+from .analysis.structure.layer_pattern import DEFAULT_LAYER_PATTERN
+from .model.errors import BadInputError, ExitCode, TraceAnalyzerError
+from .model.trace import DeviceInfo, PathLike, StringPool, Table, Trace
+from .pipeline.loading import detect_format, info, load, load_many
 
 if TYPE_CHECKING:
     from .analysis.results import Summary
-    from .export import ExportResult, PerfettoResult
+    from .commands.export import ExportResult, PerfettoResult
     from .loaders import ProgressFn
 
 
@@ -48,7 +48,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
     >>> s = ta.summary(["rank0.json.gz", "rank1.json.gz"])   # doctest: +SKIP
     >>> s = ta.summary("ranks/", engine="dask", scheduler="tcp://head:8786")   # doctest: +SKIP
     """
-    from .pipeline import summary as _summary
+    from .pipeline.summarize import summary as _summary
 
     options: dict[str, Any] = {"step_range": step_range, "layer_pattern": layer_pattern, "rules": rules,
                                "gpu_log": gpu_log, "jobs": jobs, "findings": findings, "extra": extra or {}}
@@ -74,7 +74,7 @@ def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = No
     >>> html, s = ta.report("trace.sqlite")                      # doctest: +SKIP
     >>> path, s = ta.report("trace.sqlite", output="run.html")  # doctest: +SKIP
     """
-    from .report import report as _report
+    from .commands.report import report as _report
 
     files: list[PathLike] = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return _report(files, output=output, rules=rules,
@@ -84,11 +84,11 @@ def report(paths: PathLike | Sequence[PathLike], *, output: PathLike | None = No
 
 def diff(before: Any, after: Any, **options: Any) -> Any:
     """Compare two runs into a ``DiffResult``: each side a trace file, directory, list of them, Traces or a Summary
-    (see ``traceanalyzer.diff_runs.diff``; method in docs/DIFF.md).
+    (see ``traceanalyzer.commands.diff.diff``; method in docs/DIFF.md).
 
     >>> d = ta.diff("before/", "after/"); d.step["verdict"], d.attribution   # doctest: +SKIP
     """
-    from .diff_runs import diff as _diff
+    from .commands.diff import diff as _diff
 
     return _diff(before, after, **options)
 
@@ -105,7 +105,7 @@ def export(traces: Summary | Trace | PathLike | Sequence[Trace | PathLike], outp
     an ``output`` ending in ``.pftrace``) writes a Perfetto trace instead (docs/PERFETTO.md) and returns a
     ``PerfettoResult`` (``path``, ``tracks``, ``slices`` per track name, ``summary``).
     """
-    from .export import export as _export
+    from .commands.export import export as _export
 
     return _export(traces, output, append=append, rules=rules, jobs=jobs, step_range=step_range,
                    layer_pattern=layer_pattern, gpu_log=gpu_log, progress=progress, window=window, format=format)
@@ -122,7 +122,7 @@ def whatif(traces_or_paths: PathLike | Trace | Sequence[PathLike | Trace], *, sc
 
     >>> w = ta.whatif("ranks/", comm="free"); w.change_ns, w.assumptions   # doctest: +SKIP
     """
-    from .pipeline import whatif as _whatif
+    from .pipeline.summarize import whatif as _whatif
 
     return _whatif(traces_or_paths, scale=scale, comm=comm, graphs=graphs, rank_like_median=rank_like_median,
                    fuse=fuse, unprofiled=unprofiled, **options)
@@ -139,7 +139,8 @@ _FUNCTIONS_NAMED_LIKE_MODULES = frozenset({"report", "export"})
 
 
 class _Package(types.ModuleType):
-    """The package module. Importing the submodules ``traceanalyzer.report`` / ``traceanalyzer.export`` would
+    """The package module. Importing the submodules ``traceanalyzer.commands.report`` /
+    ``traceanalyzer.commands.export`` would
     rebind ``ta.report`` / ``ta.export`` to those modules; the functions above keep the names."""
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "CLI.md"
 HEADER = """# traceanalyzer command-line reference
 
 Generated from `--help` by `python -m traceanalyzer._docgen`; do not edit by hand (a test checks it is current).
-Every command is one call of the library function of the same name (`traceanalyzer.api`, `pipeline`,
+Every command is one call of the library function of the same name (`traceanalyzer.pipeline.loading`, `pipeline`,
 `report`); definitions of the numbers are in ARCHITECTURE.md, the step and layer rules in COMMUNICATION.md.
 """
 

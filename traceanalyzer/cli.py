@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import click
 
 from ._version import __version__
-from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
-from .buckets import BUCKETS
-from .errors import ExitCode, TraceAnalyzerError, printable
+from .analysis.structure.layer_pattern import DEFAULT_LAYER_PATTERN
+from .model.buckets import BUCKETS
+from .model.errors import ExitCode, TraceAnalyzerError, printable
 
 # readable=False: an unreadable file is reported by the loader in one line naming it, not as a usage error
 _PATH = click.Path(path_type=Path, readable=False)
@@ -93,7 +93,7 @@ def _emit_json_text(text: str, output: Path | None = None, inputs: tuple[Path | 
     if output is None:
         click.echo(text)
         return
-    from .output import write_output
+    from .commands.output import write_output
 
     written = write_output(text + "\n", output, inputs=[p for p in inputs if p is not None])
     if written != "<stdout>":
@@ -135,7 +135,7 @@ def info(trace: Path, as_json: bool) -> None:
     Reads no more than it needs (fast on large exports). --json prints the info contract:
     format, tool_version, schema_version, devices, counts.
     """
-    from .api import info as info_fn
+    from .pipeline.loading import info as info_fn
 
     result = info_fn(trace)
     if as_json:
@@ -155,7 +155,7 @@ def info(trace: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the classification JSON contract.")
 @_RULES
 def classify(names_file: Path, as_json: bool, rules: Path | None) -> None:
-    """Put kernel names into the buckets of :mod:`traceanalyzer.buckets` (help text built from them)."""
+    """Put kernel names into the buckets of :mod:`traceanalyzer.model.buckets` (help text built from them)."""
     from .classify import classify_names, read_names
 
     results = classify_names(read_names(names_file), rules=rules)
@@ -194,17 +194,17 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
     TRACES: one or more trace files, or directories of rank traces (one format per directory). All numbers are
     per (rank, device); per-step numbers use the steps chosen as --step-range describes.
     """
-    from .progress import progress_bar
+    from .commands.progress import progress_bar
 
     if output is not None:
         if not as_json:
             raise click.UsageError("-o/--output writes the JSON: add --json")
-        from .output import check_output
+        from .commands.output import check_output
 
         check_output(output, [*traces, *(p for p in (rules, gpu_log) if p is not None)])
     inputs = (*traces, rules, gpu_log)
     if hta_compat:
-        from .pipeline import hta_compat as hta_fn
+        from .pipeline.summarize import hta_compat as hta_fn
 
         ignored = [name for name, given in (("--rules", rules), ("--step-range", step_range), ("--gpu-log", gpu_log),
                                             ("--gpu-log-tz", gpu_log_tz),
@@ -222,7 +222,7 @@ def summary(traces: tuple[Path, ...], as_json: bool, hta_compat: bool, output: P
 
             print_hta_compat(hta_result)
         return
-    from .pipeline import summarize_paths
+    from .pipeline.summarize import summarize_paths
 
     if scheduler is not None and engine != "dask":
         if not os.environ.get("DASK_SCHEDULER_ADDRESS") or scheduler != os.environ["DASK_SCHEDULER_ADDRESS"]:
@@ -272,14 +272,14 @@ def whatif(traces: tuple[Path, ...], scale: tuple[str, ...], comm: str | None, g
 
     TRACES: trace files or directories of rank traces (one run).
     """
-    from .pipeline import whatif as whatif_fn
+    from .pipeline.summarize import whatif as whatif_fn
 
     if output is not None and not as_json:
         raise click.UsageError("-o/--output writes the JSON: add --json")
     result = whatif_fn(list(traces), scale=scale, comm=comm, graphs=graphs, rank_like_median=rank_like_median,
                        fuse=fuse, unprofiled=unprofiled, rules=rules, step_range=step_range)
     if html_out is not None:
-        from .output import write_output
+        from .commands.output import write_output
         from .render.whatif import whatif_html
 
         written = write_output(whatif_html(result), html_out, inputs=[*traces, *([rules] if rules else [])])
@@ -308,10 +308,10 @@ def report(traces: tuple[Path, ...], output: Path | None, rules: Path | None, jo
     The page works offline (plotly inlined) unless --cdn; it is written atomically, so a failed run leaves no
     half-written file, and never over an input trace.
     """
-    from .output import is_stdout
-    from .progress import progress_bar
-    from .report import default_output
-    from .report import report as report_fn
+    from .commands.output import is_stdout
+    from .commands.progress import progress_bar
+    from .commands.report import default_output
+    from .commands.report import report as report_fn
 
     with progress_bar("loading") as progress:
         written, result = report_fn(list(traces), output=output or default_output(traces), rules=rules, jobs=jobs,
@@ -349,9 +349,9 @@ def export(traces: tuple[Path, ...], output: Path, fmt: str | None, append: bool
     findings with their impact, exposed communication, SM idle, wait vs transfer per collective, the
     straggler), timestamps as in the trace; docs/PERFETTO.md.
     """
-    from .export import PerfettoResult
-    from .export import export as export_fn
-    from .progress import progress_bar
+    from .commands.export import PerfettoResult
+    from .commands.export import export as export_fn
+    from .commands.progress import progress_bar
 
     with progress_bar("loading") as progress:
         result = export_fn(list(traces), output, append=append, rules=rules, jobs=jobs, step_range=step_range,
@@ -433,9 +433,9 @@ def diff(ctx: click.Context, before: tuple[Path, ...], after: tuple[Path, ...], 
     Example:
       traceanalyzer diff before/ --vs after/ -o diff.html --fail-if-slower 5
     """
-    from .diff_runs import diff as diff_fn
-    from .output import check_output, is_stdout, write_output
-    from .progress import progress_bar
+    from .commands.diff import diff as diff_fn
+    from .commands.output import check_output, is_stdout, write_output
+    from .commands.progress import progress_bar
     from .render.diff import print_diff, render_diff_html
     from .render.terminal import make_console
 

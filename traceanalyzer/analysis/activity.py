@@ -14,10 +14,10 @@ from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
-from ..schema import fits_int32
-from ..trace import Table, Trace
-from . import intervals as iv
+from ..model.schema import fits_int32
+from ..model.trace import Table, Trace
 from .grouped import distinct
+from .numeric import intervals as iv
 
 COMMUNICATION = "communication"
 MEMORY = "memory"

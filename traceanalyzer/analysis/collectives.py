@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..communication import OTHER, PEER_COPY, bus_factors, kind_of
-from . import intervals as iv
+from ..model.communication import OTHER, PEER_COPY, bus_factors, kind_of
 from .activity import DeviceActivity
-from .frames import array_of, frame
+from .numeric import intervals as iv
+from .numeric.frames import array_of, frame
 from .results import CrossRankSummary
 
 COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "kind", "subbucket", "stream", "step", "layer", "ordinal",
@@ -143,7 +143,8 @@ def with_transfer(collectives: pd.DataFrame, rank: int, cross: CrossRankSummary 
     ``transfer_ns`` / ``wait_ns`` come from the matched instance of ``cross`` (``CrossRankSummary.rank_matches``,
     joined on this rank's start); unmatched instances (one rank, peer copies) keep transfer = duration and
     wait = 0, with ``matched`` False. ``algbw_gbps`` = bytes / transfer and ``busbw_gbps`` = algbw × the bus factor
-    of the kind and group size (:func:`traceanalyzer.communication.bus_factors`); both NaN when the message size is
+    of the kind and group size (:func:`traceanalyzer.model.communication.bus_factors`); both NaN when the message
+    size is
     unknown. ``busbw_pct_of_peak`` compares busbw with ``link_peak_gbps``.
     """
     c = collectives.reset_index(drop=True)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..communication import COMM_PATHS
+from ..model.communication import COMM_PATHS
 
 PATHS = COMM_PATHS
 

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ..communication import bus_factors
-from ..trace import Trace, TraceHeader
-from .frames import array_of
+from ..model.communication import bus_factors
+from ..model.trace import Trace, TraceHeader
+from .numeric.frames import array_of
 from .results import CrossRankSummary, DeviceSummary, rank_column
 
 NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank

@@ -23,21 +23,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..buckets import EXCLUSIVE_PRECEDENCE
 from ..classify.demangle import display_names
 from ..classify.rules import rule_set
-from ..errors import BadInputError
-from ..trace import Table, Trace
-from . import intervals as iv
+from ..model.buckets import EXCLUSIVE_PRECEDENCE
+from ..model.errors import BadInputError
+from ..model.trace import Table, Trace
 from .activity import LAUNCH_COLUMNS, DeviceActivity, gather
 from .collectives import collective_instances
-from .frames import array_of, empty_frame, frame
 from .grouped import distinct, run_quantile, sorted_runs
-from .layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
 from .moe import device_moe
+from .numeric import intervals as iv
+from .numeric.frames import array_of, empty_frame, frame
 from .results import DeviceFigures, DeviceSummary
-from .steps import StepStructure, annotation_names, find_steps, has_range
-from .what_if_range import HostEvents, host_event_counts
+from .structure.layers import DEFAULT_LAYER_PATTERN, Layers, layer_table
+from .structure.steps import StepStructure, annotation_names, find_steps, has_range
+from .what_if.range import HostEvents, host_event_counts
 
 if TYPE_CHECKING:
     from .summary import SummaryOptions

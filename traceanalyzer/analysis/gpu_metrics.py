@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace import Trace
-from .intervals import union
+from ..model.trace import Trace
+from .numeric.intervals import union
 
 #: Metrics the report and findings use, matched by name prefix (names carry units, e.g. "[Throughput %]").
 KEY_METRICS = ("SMs Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth", "DRAM Write Bandwidth",

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..api_names import HOST_SYNC, ISSUE_OP
-from ..communication import OTHER, kind_of
-from ..trace import Trace
-from . import intervals as iv
+from ..model.api_names import HOST_SYNC, ISSUE_OP
+from ..model.communication import OTHER, kind_of
+from ..model.trace import Trace
 from .activity import DeviceActivity
 from .grouped import dense_codes, distinct
+from .numeric import intervals as iv
 
 LAUNCH_SLACK_NS = 20_000  # a kernel starting this soon after its launch call, on an idle device, waited for it
 # CPU ranges that issue a collective: PyTorch's c10d op and profiler record, ProcessGroupNCCL's nccl:* range,

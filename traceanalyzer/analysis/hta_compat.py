@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import Table, Trace
+from ..model.trace import Table, Trace
 
 COMM_RE = re.compile(r"^nccl.*Kernel")  # hta.utils.utils.NCCL_KERNEL_RE
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")  # MEMORY_KERNEL_RE
@@ -94,7 +94,7 @@ class HtaCompatResult:
 
 def hta_compat_traces(traces: Sequence[Trace]) -> HtaCompatResult:
     """HTA's numbers for already loaded traces (Kineto, at least :data:`HTA_TABLES`), one per rank; files are
-    loaded by :func:`traceanalyzer.pipeline.hta_compat`."""
+    loaded by :func:`traceanalyzer.pipeline.summarize.hta_compat`."""
     step_names = set().union(*(_step_names(t) for t in traces)) if traces else set()
     filter_steps = len(step_names) > 1  # HTA filters only when its symbol table has several ProfilerStep names
     rows = [_rank_numbers(t, i, filter_steps) for i, t in enumerate(traces)]

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..buckets import MOE_BUCKETS, MOE_STAGE_PRECEDENCE, MOE_STAGES
 from ..classify.context import MOE_RANGE, SHARED_EXPERT_RANGE, range_instances
 from ..classify.rules import PRECISIONS, RuleSet
-from . import intervals as iv
+from ..model.buckets import MOE_BUCKETS, MOE_STAGE_PRECEDENCE, MOE_STAGES
 from .activity import DeviceActivity
-from .frames import array_of, frame
-from .layers import Layers
+from .numeric import intervals as iv
+from .numeric.frames import array_of, frame
+from .structure.layers import Layers
 
 #: Stages named by ranges, checked in this order (a kernel in a ``combine`` range inside a ``dispatcher`` one is
 #: combine). Annotation and module names, never op names: ``aten::permute`` names no stage.

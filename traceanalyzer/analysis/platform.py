@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..communication import NON_NCCL_ALLREDUCE_PATHS
+from ..model.communication import NON_NCCL_ALLREDUCE_PATHS
 from .comm_path import PathUse, comm_paths, merge_paths
 
 if TYPE_CHECKING:
-    from ..trace import Trace
+    from ..model.trace import Trace
     from .results import CrossRankSummary, DeviceSummary
 
 #: Architecture names by compute capability (NVIDIA).

@@ -454,7 +454,7 @@ class Summary:
 
     def _repr_html_(self) -> str:
         """A compact notebook view: devices, largest findings, what-if (not a dataclass dump)."""
-        from .notebook import summary_html
+        from ..render.notebook import summary_html
 
         return summary_html(self)
 

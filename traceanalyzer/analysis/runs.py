@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import Trace, TraceHeader
-from .frames import array_of
+from ..model.trace import Trace, TraceHeader
+from .numeric.frames import array_of
 from .results import DeviceSummary
 
 EPOCH_NS_MIN = 10**18  # times above this (2001-09-09) on a trace without a base are UTC epoch ns

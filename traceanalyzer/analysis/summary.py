@@ -1,5 +1,5 @@
 """What a ``summary`` is made of besides the per-device numbers: its options, the (rank, device) pairs of a
-trace and a trace's header facts. The summary itself is assembled by :mod:`traceanalyzer.pipeline`."""
+trace and a trace's header facts. The summary itself is assembled by :mod:`traceanalyzer.pipeline.summarize`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import PathLike, Trace
-from .layer_pattern import DEFAULT_LAYER_PATTERN
+from ..model.trace import PathLike, Trace
 from .results import TraceMeta
+from .structure.layer_pattern import DEFAULT_LAYER_PATTERN
 
 #: Parts of a summary that ``SummaryOptions.skip`` leaves out (left empty in the result): the whole-window and
 #: in-step top-kernel tables (``top_kernels``, ``top_kernels_in_steps``), the in-step headline numbers
@@ -29,7 +29,7 @@ SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle
 
 @dataclass
 class SummaryOptions:
-    """Options of :func:`traceanalyzer.pipeline.summarize` (the ``summary`` command's flags)."""
+    """Options of :func:`traceanalyzer.pipeline.summarize.summarize` (the ``summary`` command's flags)."""
 
     step_range: str | None = None  # NVTX range name marking a step (default: ProfilerStep, else detected)
     layer_pattern: str | None = DEFAULT_LAYER_PATTERN  # regex of range names marking layers

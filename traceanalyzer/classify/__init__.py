@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..buckets import BUCKETS, EXCLUSIVE_PRECEDENCE
-from ..errors import BadInputError
-from ..trace import Trace
+from ..model.buckets import BUCKETS, EXCLUSIVE_PRECEDENCE
+from ..model.errors import BadInputError
+from ..model.trace import Trace
 from .context import refine_with_context
 from .engine import FALLBACK_RULE, KernelClass, classify_one, classify_unique
 from .normalize import normalize_name

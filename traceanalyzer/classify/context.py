@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from ..trace import Trace
+from ..model.trace import Trace
 
 #: A range of an MoE block: its name says MoE or experts and names no other part of a model (HF module classes carry
 #: the family's name: ``Qwen2MoeAttention``, ``Qwen2MoeDecoderLayer`` are no MoE blocks, ``Qwen2MoeSparseMoeBlock``

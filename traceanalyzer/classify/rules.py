@@ -31,8 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..buckets import BUCKETS, MOE_BUCKETS, MOE_STAGES
-from ..errors import RulesError
+from ..model.buckets import BUCKETS, MOE_BUCKETS, MOE_STAGES
+from ..model.errors import RulesError
 from .prefilter import nested_repeat, required_literals
 
 if sys.version_info >= (3, 11):

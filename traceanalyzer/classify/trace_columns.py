@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..trace import StringPool, Trace
+from ..model.trace import StringPool, Trace
 from .engine import KernelClass, classify_many, classify_one
 from .rules import RuleSet, rule_set
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..analysis.device import DeviceKey, DeviceState, device_key
 from ..analysis.results import DeviceSummary, Finding, Summary
-from ..trace import Trace
+from ..model.trace import Trace
 from .context import EvidenceKey, FindingContext, FindingThresholds, device_evidence
 from .evidence import DeviceEvidence
 from .rule_ids import RULE_IDS

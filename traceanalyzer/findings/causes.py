@@ -21,7 +21,7 @@ import numpy as np
 
 from ..analysis.platform import PCIE_GEN5_GBPS
 from ..analysis.results import Finding
-from ..communication import ALLREDUCE_LIKE_KINDS, NON_NCCL_ALLREDUCE_PATHS
+from ..model.communication import ALLREDUCE_LIKE_KINDS, NON_NCCL_ALLREDUCE_PATHS
 from . import rule_ids as ids
 from .context import FindingContext, count_kinds_per_step
 

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.frames import array_of
+from ..analysis.numeric.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from ..classify.demangle import base_name
-from ..communication import ALLREDUCE_KINDS, bus_factors, group_sizes, link_peak_gbps
+from ..model.communication import ALLREDUCE_KINDS, bus_factors, group_sizes, link_peak_gbps
 from . import rule_ids as ids
 from .context import (
     FindingContext,

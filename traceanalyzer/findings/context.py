@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.device import DeviceKey, DeviceState
-from ..analysis.frames import array_of
+from ..analysis.numeric.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, RankMatches, Summary
-from ..communication import KIND_NAMES
-from ..trace import Trace
-from ..units import fmt_brief_ns as ms  # the rules' titles: ms(ns)
+from ..model.communication import KIND_NAMES
+from ..model.trace import Trace
+from ..model.units import fmt_brief_ns as ms  # the rules' titles: ms(ns)
 from .evidence import DeviceEvidence
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_ns, step_windows, steps
 

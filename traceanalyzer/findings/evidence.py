@@ -21,13 +21,13 @@ from ..analysis.device import DeviceState
 from ..analysis.gpu_metrics import metric_mask, phase_labels
 from ..analysis.grouped import distinct
 from ..analysis.host_issue import host_only_in_steps
-from ..analysis.intervals import clip_to_windows, gaps, union
-from ..analysis.profiler_cost import host_events_per_step, profiler_host_ns
+from ..analysis.numeric.intervals import clip_to_windows, gaps, union
 from ..analysis.results import DeviceSummary
-from ..api_names import GRAPH_LAUNCH, HOST_BLOCKING
-from ..buckets import GEMM_BUCKETS
-from ..communication import ALLREDUCE_KINDS
-from ..trace import Trace
+from ..analysis.what_if.profiler_cost import host_events_per_step, profiler_host_ns
+from ..model.api_names import GRAPH_LAUNCH, HOST_BLOCKING
+from ..model.buckets import GEMM_BUCKETS
+from ..model.communication import ALLREDUCE_KINDS
+from ..model.trace import Trace
 from .windows import kernel_mask, pct_of_step, per_step_median, step_index, step_windows, steps
 
 # All-reduce kernels (sub-buckets in ALLREDUCE_KINDS) start a chain; already-fused all-reduce + norm kernels
@@ -143,7 +143,7 @@ class DeviceEvidence:
     @cached_property
     def profiler_host(self) -> tuple[tuple[int, int, int], int]:
         """((low, point, high) host ns per step the profiler added, its recorded host events per step):
-        :func:`~traceanalyzer.analysis.profiler_cost.profiler_host_ns`."""
+        :func:`~traceanalyzer.analysis.what_if.profiler_cost.profiler_host_ns`."""
         events = host_events_per_step(self.trace, self._dev, self._state.host_events if self._state else None)
         return profiler_host_ns(self.trace, events), events
 

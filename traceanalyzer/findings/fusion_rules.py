@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.frames import array_of
+from ..analysis.numeric.frames import array_of
 from ..analysis.results import DeviceSummary, Finding
 from . import rule_ids as ids
 from .context import FindingContext, ms, per_step_median, prediction, severity, step_index, worst

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.frames import array_of
+from ..analysis.numeric.frames import array_of
 from ..analysis.results import DeviceSummary, Finding, Summary
 from . import rule_ids as ids
 from .context import (

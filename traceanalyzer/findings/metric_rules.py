@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.results import DeviceSummary, Finding
-from ..buckets import GEMM_BUCKETS
+from ..model.buckets import GEMM_BUCKETS
 from . import rule_ids as ids
 from .context import FindingContext, ms, per_step_median
 

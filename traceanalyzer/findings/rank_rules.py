@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analysis.results import Finding
 from ..analysis.straggler import slow_rank_classes
-from ..units import fmt_ns
+from ..model.units import fmt_ns
 from . import rule_ids as ids
 from .context import FindingContext, ms, prediction, severity
 

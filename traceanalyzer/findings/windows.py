@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis import intervals as iv
-from ..analysis.frames import array_of
+from ..analysis.numeric import intervals as iv
+from ..analysis.numeric.frames import array_of
 from ..analysis.results import DeviceSummary
-from ..trace import Trace
+from ..model.trace import Trace
 
 
 def steps(dev: DeviceSummary) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..trace import Trace
+from ..model.trace import Trace
 from .detect import (
     API_SUBSET,
     GZIP_MAGIC,

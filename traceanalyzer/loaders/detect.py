@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import BadInputError, UnknownFormatError
+from ..model.errors import BadInputError, UnknownFormatError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"

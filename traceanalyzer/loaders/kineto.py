@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptFileError
-from ..trace import DeviceInfo, StringPool, Trace
+from ..model.errors import CorruptFileError
+from ..model.trace import DeviceInfo, StringPool, Trace
 from .beside import share
 from .detect import KINETO, ProgressFn, file_size
 from .kineto_read import Args, Batch, Document, Event, SplitFailed, decode_whole, read_bytes, split_events

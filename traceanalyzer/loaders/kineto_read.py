@@ -19,7 +19,7 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from ..errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
+from ..model.errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
 from .detect import GZIP_MAGIC, ProgressFn, open_regular
 
 READ_CHUNK = 8 << 20  # bytes decompressed per step; progress is reported after each

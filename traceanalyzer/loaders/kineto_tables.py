@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..trace import StringPool, Table
+from ..model.trace import StringPool, Table
 
 if TYPE_CHECKING:
     from .kineto import Complete

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInputError
-from ..trace import Trace
+from ..model.errors import BadInputError
+from ..model.trace import Trace
 
 # Peak bytes per row of an nsys summary (the load's typed columns, string interning, transient copies of sorting,
 # and the analyses' per-device tables), from a 400x grown tp2 prefill export (benchmarks/grow_nsys.py;

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
-from ..schema import NARROW_IDS, NARROW_SMALL, TABLES, fits_int16, fits_int32
-from ..trace import StringPool, Table, Trace
+from ..model.errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
+from ..model.schema import NARROW_IDS, NARROW_SMALL, TABLES, fits_int16, fits_int32
+from ..model.trace import StringPool, Table, Trace
 from .detect import API_SUBSET, NSYS, ProgressFn, open_regular
 from .limits import Window, check_memory, nsys_estimate, window_views
 from .nsys_api import read_needed_api_calls
@@ -79,7 +79,7 @@ def load(path: Path, *, progress: ProgressFn | None = None, tables: frozenset[st
     Before reading, the memory needed is estimated from row counts (:func:`~traceanalyzer.loaders.limits.check_memory`).
 
     ``progress(done_rows, total_rows)`` is called after every fetched chunk. Raises
-    :class:`~traceanalyzer.errors.BadInputError` for files that are not nsys exports or are corrupt.
+    :class:`~traceanalyzer.model.errors.BadInputError` for files that are not nsys exports or are corrupt.
     """
     path = Path(path)
     _check_size(path)
@@ -191,7 +191,7 @@ def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
 
 def _narrowest(name: str, values: np.ndarray) -> type[np.integer] | None:
     """The dtype a column ``name`` is stored in where every value fits a narrower one than declared: int32 for an
-    id (:data:`~traceanalyzer.schema.NARROW_IDS`), int16 for a rank or GPU index (``NARROW_SMALL``); else None."""
+    id (:data:`~traceanalyzer.model.schema.NARROW_IDS`), int16 for a rank or GPU index (``NARROW_SMALL``); else None."""
     if name in NARROW_SMALL and fits_int16(values):
         return np.int16
     if name in NARROW_IDS and fits_int32(values):
@@ -219,7 +219,8 @@ def _gpu_pairs(conn: sqlite3.Connection, schema: Schema, kernels: _Columns) -> n
 def _table(name: str, data: _Columns) -> Table:
     """A declared table from loader columns (consumed: each released once converted) without copying arrays that
     already have the declared dtype. An integer column the export lacks, or whose every value is ``-1``, takes no
-    memory: a read-only ``-1`` repeated (``np.broadcast_to``). An id column (:data:`~traceanalyzer.schema.NARROW_IDS`)
+    memory: a read-only ``-1`` repeated (``np.broadcast_to``). An id column
+    (:data:`~traceanalyzer.model.schema.NARROW_IDS`)
     whose every value fits is int32."""
     n = len(next(iter(data.values())))
     cols = {}

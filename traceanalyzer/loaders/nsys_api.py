@@ -4,11 +4,12 @@ The runtime table is an export's biggest (4–5 rows per kernel). It is read onc
 (:func:`~.nsys_sql.table_chunks`), and a summary keeps from it only
 
 * in ``api_calls``: the calls that launched a kernel or a memory operation (the ``correlationId`` of a kernel,
-  memcpy or memset row), the calls named as :data:`~traceanalyzer.api_names.SELECTED_API_NAMES` says (blocking,
+  memcpy or memset row), the calls named as :data:`~traceanalyzer.model.api_names.SELECTED_API_NAMES` says (blocking,
   synchronising, graph launches), and for each outermost CPU range issuing a collective
-  (:data:`~traceanalyzer.api_names.ISSUE_OP`) the first call starting in it and the one ending last among the
+  (:data:`~traceanalyzer.model.api_names.ISSUE_OP`) the first call starting in it and the one ending last among the
   calls overlapping it: all that ``host_issue.api_span_within`` reads of the calls such a range makes;
-* in ``api_starts`` and ``api_start_blocks``: the start of every call, 4 bytes each (:mod:`~traceanalyzer.call_starts`;
+* in ``api_starts`` and ``api_start_blocks``: the start of every call, 4 bytes each
+(:mod:`~traceanalyzer.model.call_starts`;
   the profiler's recorded host events, which the what-if counts per step).
 
 Rows that cannot be true are left out and counted with :mod:`.sanity`'s rule (end before start; beyond the
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..api_names import ISSUE_OP, SELECTED_API_NAMES
-from ..call_starts import start_blocks
-from ..trace import StringPool
+from ..model.api_names import ISSUE_OP, SELECTED_API_NAMES
+from ..model.call_starts import start_blocks
+from ..model.trace import StringPool
 from .nsys_sql import sorted_by_start, table_chunks
 from .nsys_tables import RUNTIME, ReadContext, int_expr, read_api_calls, strip_api_version
 from .sanity import capture_bounds
@@ -37,7 +38,7 @@ _Columns = dict[str, np.ndarray]
 def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
                           ) -> tuple[_Columns, _Columns, _Columns, dict[str, int]]:
     """(``api_calls`` of the rows a summary reads; ``api_starts`` and ``api_start_blocks``, every call's start
-    (:mod:`~traceanalyzer.call_starts`; blocks by ``pid``); counts of the rows left out as impossible plus
+    (:mod:`~traceanalyzer.model.call_starts`; blocks by ``pid``); counts of the rows left out as impossible plus
     ``rows``, the calls read). ``cols``: the tables already read (kernels, memops, ranges). Without GPU activity
     to bound the capture, every row is read (no starts, ``{}``)."""
     table_cols = ctx.schema.cols(RUNTIME)

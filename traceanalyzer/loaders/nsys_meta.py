@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import DeviceInfo
+from ..model.trace import DeviceInfo
 from .nsys_sql import BadColumn, Schema, int_value, quote
 
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+ name first, then 2022.1–2023.2

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import BadInputError
+from ..model.errors import BadInputError
 
 SUFFIXES = (".nsys-rep", ".qdrep")
 NSYS_ENV = "TRACEANALYZER_NSYS"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import StringPool
+from ..model.trace import StringPool
 from .detect import ProgressFn
 
 FETCH_ROWS = 65536  # rows per fetchmany chunk: bounds the Python-tuple working set

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import StringPool
+from ..model.trace import StringPool
 from .nsys_sql import (
     BadColumn,
     RowProgress,

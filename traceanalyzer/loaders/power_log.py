@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import BadInputError
+from ..model.errors import BadInputError
 
 _FIELD_ALIASES = {
     "timestamp": "timestamp",

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..trace import Table, Trace
+from ..model.trace import Table, Trace
 
 TIMED_TABLES = ("kernels", "memops", "ranges", "api_calls", "graph_launches", "collectives")
 MIN_SLACK_NS = 86_400 * 10**9  # one day

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from ..units import fmt_ms
+from ..model.units import fmt_ms
 from .formatting import fmt_ns
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..analysis.compare import DiffResult, DiffSide
+    from ..analysis.diff.compare import DiffResult, DiffSide
 
 TOP_KERNELS = 15  # kernel rows shown (terminal and page); the JSON has them all
 NAME_WIDTH = 70  # kernel name characters shown in the terminal

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..units import fmt_round_ns
+from ..model.units import fmt_round_ns
 from .formatting import (
     EXPOSED_COLOR,
     HIDDEN_COLOR,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any, SupportsFloat
 
-from ..buckets import BUCKET_COLORS, BUCKETS
 from ..classify.demangle import display_name as display_name  # re-exported: renderers format names from here
 from ..classify.demangle import display_names as display_names
-from ..units import fmt_ns as fmt_ns
-from ..units import fmt_pct as fmt_pct
+from ..model.buckets import BUCKET_COLORS, BUCKETS
+from ..model.units import fmt_ns as fmt_ns
+from ..model.units import fmt_pct as fmt_pct
 
-#: Buckets in display order (declared in :mod:`traceanalyzer.buckets`); unknown buckets sort after these.
+#: Buckets in display order (declared in :mod:`traceanalyzer.model.buckets`); unknown buckets sort after these.
 BUCKET_ORDER: tuple[str, ...] = BUCKETS
 FALLBACK_COLOR = "#6c757d"
 IDLE_COLOR = "#e9ecef"

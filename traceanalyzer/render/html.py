@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from ..analysis.results import DeviceSummary, Summary
-    from ..trace import Trace
+    from ..model.trace import Trace
 
 MAX_TIMELINES = 16  # devices drawn on the timeline; the rest are listed as omitted
 TOTAL_RECTS = 20_000  # timeline rectangles of the whole page, shared by the devices drawn

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..buckets import MOE_STAGE_COLORS, MOE_STAGES
+from ..model.buckets import MOE_STAGE_COLORS, MOE_STAGES
 from .formatting import device_label, fmt_ns, fmt_pct, pct_of
 
 if TYPE_CHECKING:

@@ -20,14 +20,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..units import fmt_ns
+from ..model.units import fmt_ns
 from .formatting import device_label, display_names
 from .timeline import representative_window
 
 if TYPE_CHECKING:
     from ..analysis.activity import DeviceActivity
     from ..analysis.results import DeviceSummary, Finding, Summary
-    from ..trace import Trace
+    from ..model.trace import Trace
 
 #: Range kinds drawn (NVTX and profiler annotations); CPU ops and Python functions are left out.
 RANGE_KINDS = ("nvtx", "user_annotation", "gpu_user_annotation", "profiler_step", "nvtx_mark")
@@ -154,7 +154,7 @@ class PerfettoWriter:
 
         ts, kind, track, row = _ordered_events(self.tracks)
         if len(ts) and ts[0] < 0:
-            from ..errors import BadInputError
+            from ..model.errors import BadInputError
 
             raise BadInputError(None, f"a timestamp before 0 ({int(ts[0])} ns) cannot be written to a Perfetto "
                                 "trace (its timestamps are unsigned)", "export to SQLite instead")
@@ -330,7 +330,7 @@ def build(summary: Summary, activity_of: Callable[[DeviceSummary], DeviceActivit
     """The tracks of ``summary``'s devices (``activity_of``: each device's kernels and memops) and of the host
     ranges of their traces."""
     from ..analysis.collectives import with_transfer
-    from ..communication import link_peak_gbps
+    from ..model.communication import link_peak_gbps
 
     w = PerfettoWriter()
     traces: dict[int, Trace] = {}
@@ -449,7 +449,7 @@ def _findings(findings: Sequence[Finding], lo: int, hi: int) -> Slices:
 
 
 def _idle(act: DeviceActivity) -> Slices:
-    from ..analysis import intervals as iv
+    from ..analysis.numeric import intervals as iv
 
     s, e = iv.gaps(act.busy)
     return Slices(s, e, ["SM idle"] * len(s))

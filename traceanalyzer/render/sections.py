@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..communication import NON_NCCL_ALLREDUCE_PATHS
+from ..model.communication import NON_NCCL_ALLREDUCE_PATHS
 from .figures import column, durations_ns, layer_totals
 from .formatting import (
     bucket_color,
@@ -322,7 +322,7 @@ def collective_rows(devices: Sequence[DeviceSummary], cross: CrossRankSummary | 
     """Collectives grouped by name and message size per device: count, total, exposed, mean and p99 duration,
     transfer and wait (cross-rank), algbw and busbw against the link's peak where it is known."""
     from ..analysis.collectives import with_transfer
-    from ..communication import link_peak_gbps
+    from ..model.communication import link_peak_gbps
 
     rows, peaks, sized = [], set(), False
     for d in devices:

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..buckets import BUCKET_COLORS
 from ..findings.rule_ids import SLOW_RANK
+from ..model.buckets import BUCKET_COLORS
 from .formatting import (
     bucket_sort_key,
     device_label,
@@ -60,7 +60,7 @@ def _inert_console() -> type[Console]:
     from rich.measure import Measurement
     from rich.segment import Segment
 
-    from ..errors import printable
+    from ..model.errors import printable
 
     class Inert:
         def __init__(self, inner: Any) -> None:
@@ -145,7 +145,7 @@ def _text(value: Any) -> Any:
     and kernel names shown escaped, never acted on)."""
     from rich.text import Text
 
-    from ..errors import printable
+    from ..model.errors import printable
 
     return Text("—" if value is None else printable(value))
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from ..analysis.results import DeviceSummary
-    from ..trace import Trace
+    from ..model.trace import Trace
 
 MAX_RECTS = 5000
 PLOT_WIDTH_PX = 1400

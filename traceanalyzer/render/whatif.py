@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..units import fmt_brief_ns, fmt_pct
+from ..model.units import fmt_brief_ns, fmt_pct
 
 if TYPE_CHECKING:
-    from ..analysis.whatif_sim import StepPath, WhatIfResult
+    from ..analysis.what_if.simulate import StepPath, WhatIfResult
 
 
 def _parts(values: dict[str, int], total: int, label: str = "") -> str:
@@ -74,7 +74,7 @@ def whatif_html(result: WhatIfResult) -> str:
     escaped."""
     from html import escape
 
-    from ..buckets import BUCKET_COLORS
+    from ..model.buckets import BUCKET_COLORS
 
     path = median_path(result)
     parts = ["<!doctype html><meta charset='utf-8'><title>traceanalyzer whatif</title>"

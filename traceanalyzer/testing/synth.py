@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import DeviceInfo, StringPool, Table, Trace
+from ..model.trace import DeviceInfo, StringPool, Table, Trace
 
 KernelRow = tuple[Any, ...]
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .activity import LAUNCH_COLUMNS, MEMORY, DeviceActivity
-from .frames import array_of, empty_frame
+from ..activity import LAUNCH_COLUMNS, MEMORY, DeviceActivity
+from ..numeric import intervals as iv
+from ..numeric.frames import array_of, empty_frame
 
 # the layer-pattern default and its check belong to layers; kept in a pandas-free module for the CLI's start-up
 from .layer_pattern import DEFAULT_LAYER_PATTERN as DEFAULT_LAYER_PATTERN

@@ -10,10 +10,10 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..units import fmt_ns, fmt_pct
+from ..model.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
-    from .results import Summary
+    from ..analysis.results import Summary
 
 MAX_ROWS = 12  # rows per table in a notebook view; the DataFrames have them all
 

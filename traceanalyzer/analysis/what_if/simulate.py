@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..buckets import BUCKETS
+from ...model.buckets import BUCKETS
 from .dep_graph import ARRIVAL, HOST, HOSTGAP, LAUNCH, NODE_BUCKETS, OP, STREAM, TRANSFER, DepGraph
 from .replay import (
     CATEGORIES,
@@ -84,7 +84,8 @@ _ASSUMPTIONS = {
     "fuse": "the run of matching kernels becomes one kernel as long as its longest member (or factor × its total), "
             "launched by one call; the host work between the fused launches goes",
     "unprofiled": "the profiler slows the host by a fixed time per recorded host event (Kineto 3.5 µs per CPU op or "
-                  "CUDA call, nsys 6.66 µs per CUDA call: the medians measured, analysis/profiler_cost.py); that time "
+                  "CUDA call, nsys 6.66 µs per CUDA call: the medians measured, analysis/what_if/profiler_cost.py); "
+                  "that time "
                   "goes from every host gap, in the baseline and with the changes",
     "always": "dependencies as traced (stream order, launches, host order, syncs, recorded or inferred "
               "cross-stream waits, collectives); unexplained delays (slack) stay with their node; profiler "

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EmptyTraceError
-from .loaders import ProgressFn, detect_format, expand_paths, load_one
-from .loaders.limits import Window, parse_window
-from .trace import PathLike, Trace
+from ..loaders import ProgressFn, detect_format, expand_paths, load_one
+from ..loaders.limits import Window, parse_window
+from ..model.errors import EmptyTraceError
+from ..model.trace import PathLike, Trace
 
 
 def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True,
@@ -26,7 +26,7 @@ def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True
     ``tables`` limits the optional tables read (as ``loaders.load_one``; default all). ``window``
     (``"START:END"`` seconds from the capture start, ``loaders.limits``) keeps the activity starting inside it.
     """
-    from .parallel import load_file
+    from .workers import load_file
 
     return load_file(path, rules=rules, classify=classify, tables=tables, progress=progress,
                      window=parse_window(window))
@@ -34,7 +34,7 @@ def load(path: PathLike, *, rules: PathLike | None = None, classify: bool = True
 
 def classified(trace: Trace, rules: PathLike | None = None) -> Trace:
     """Kernel/memop bucket columns from the rules (user ``rules`` first), then the context pass."""
-    from .classify import classified as classify_columns
+    from ..classify import classified as classify_columns
 
     return classify_columns(trace, rules)
 
@@ -64,7 +64,7 @@ def load_files(files: Sequence[PathLike], *, rules: PathLike | None = None, clas
     processes. ``tables`` limits the optional tables read (as ``loaders.load_one``). With worker processes,
     ``on_loaded`` is called with each Trace as it arrives, while the others load (not without them)."""
     if jobs > 1 and len(files) > 1:
-        from .parallel import map_files
+        from .workers import map_files
 
         return map_files(files, rules=rules, classify=classify, jobs=jobs, tables=tables, progress=progress,
                          window=window, on_loaded=on_loaded)
@@ -150,7 +150,7 @@ def info(path: PathLike) -> dict[str, Any]:
 
 
 def _info_one(path: PathLike) -> dict[str, Any]:
-    from .loaders.nsys_rep import as_export
+    from ..loaders.nsys_rep import as_export
 
     path = as_export(path)  # an .nsys-rep: its SQLite export
     # counts and devices need no optional table: an nsys export is read without them (GPU metrics can be huge)

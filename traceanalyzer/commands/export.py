@@ -27,18 +27,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
-from .errors import BadInputError, EmptyTraceError
-from .trace import PathLike, Trace
+from ..analysis.structure.layer_pattern import DEFAULT_LAYER_PATTERN
+from ..model.errors import BadInputError, EmptyTraceError
+from ..model.trace import PathLike, Trace
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from .analysis.activity import DeviceActivity
-    from .analysis.device import DeviceKey
-    from .analysis.layers import Layers
-    from .analysis.results import DeviceSummary, Summary
-    from .loaders import ProgressFn
+    from ..analysis.activity import DeviceActivity
+    from ..analysis.device import DeviceKey
+    from ..analysis.results import DeviceSummary, Summary
+    from ..analysis.structure.layers import Layers
+    from ..loaders import ProgressFn
 
 #: What ``export`` writes: a SQLite database (default) or a Perfetto trace.
 FORMATS = ("sqlite", "perfetto")
@@ -96,7 +96,7 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
     ``output`` (created when absent) that then replaces it. ``output`` may not be one of the input traces. The
     other keywords are the summary's options (``window``: ``"START:END"`` seconds, for paths).
     """
-    from .analysis.results import Summary
+    from ..analysis.results import Summary
 
     target = Path(output)
     kind = output_format(target, format)
@@ -113,7 +113,7 @@ def export(traces: Summary | PathLike | Trace | Sequence[PathLike | Trace], outp
             raise EmptyTraceError(None, "no trace files given")
         inputs = [p for p in items if isinstance(p, (str, Path))]
         check_output(target, inputs, append=append)
-        from .pipeline import summary_run
+        from ..pipeline.summarize import summary_run
 
         run = summary_run(items, rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
                           gpu_log=gpu_log, **({"progress": progress, "window": window} if inputs else {}),
@@ -274,8 +274,8 @@ def write_perfetto(summary: Summary, output: PathLike, *, append: bool = False) 
     """Write ``summary`` as a Perfetto trace at ``output`` (atomically, as :func:`write_database`): each device's
     kernels and memops (its activity, read again from its file when the Summary kept none), the annotation ranges
     of its trace and the analysis tracks (``render/perfetto.py``). ``append`` is not used."""
+    from ..render.perfetto import write_perfetto as write_tracks
     from .output import write_built
-    from .render.perfetto import write_perfetto as write_tracks
 
     target = Path(output)
     activity_of = device_activities(summary)
@@ -303,8 +303,8 @@ def device_rows(summary: Summary) -> Callable[[DeviceSummary], DeviceRows]:
     """Where each device's kernel and memop rows come from: its working state as the summary's analysis left it
     (``Summary.states``: its activity and layers), else its activity read again (:func:`device_activities`) and its
     layers found again from the activity and the device's steps, as its analysis found them."""
-    from .analysis.device import device_key
-    from .analysis.layers import layer_table
+    from ..analysis.device import device_key
+    from ..analysis.structure.layers import layer_table
 
     activity_of = device_activities(summary)
 
@@ -323,8 +323,8 @@ def device_activities(summary: Summary) -> Callable[[DeviceSummary], DeviceActiv
     """Each device's activity: the one its analysis kept (``Summary.states``), else its trace file read again as
     the summary read it (``Summary.source``: a Summary of the Dask engine, whose traces stayed on the workers).
     Files are read again (all at once) before anything is written: one that cannot be is refused first."""
-    from .analysis.activity import gather
-    from .analysis.device import device_key
+    from ..analysis.activity import gather
+    from ..analysis.device import device_key
 
     traces: dict[str, Trace] = {}
     lacking = [d for d in summary.devices if device_key(d) not in summary.states]
@@ -334,7 +334,7 @@ def device_activities(summary: Summary) -> Callable[[DeviceSummary], DeviceActiv
             where = ", ".join(f"rank {d.rank} GPU {d.device}" for d in lacking)
             raise ValueError(f"the Summary keeps no working state for its devices ({where}) and it was not read "
                              "from files: pass the traces")
-        from .pipeline import load_for_summary
+        from ..pipeline.summarize import load_for_summary
 
         paths = [t.path for t in summary.traces]
         loaded = load_for_summary(paths, rules=source.rules, layer_pattern=source.layer_pattern, window=source.window)
@@ -350,8 +350,8 @@ def device_activities(summary: Summary) -> Callable[[DeviceSummary], DeviceActiv
 # -- the tables ------------------------------------------------------------------------------------------------
 def _write(db: sqlite_utils.Database, summary: Summary, target: Path,
            rows_of: Callable[[DeviceSummary], DeviceRows]) -> ExportResult:
-    from ._version import __version__
-    from .analysis.device import device_key
+    from .._version import __version__
+    from ..analysis.device import device_key
 
     _create_schema(db)
     payload = summary.to_json()
@@ -536,7 +536,7 @@ def _strings(trace: Trace, table: Any, column: str) -> list[Any]:
 
 def _steps_of(dev: DeviceSummary, starts: np.ndarray) -> np.ndarray:
     """Step number of the step window holding each start (as the summary assigns collectives), -1 outside."""
-    from .analysis import intervals as iv
+    from ..analysis.numeric import intervals as iv
 
     ps = dev.per_step
     if not len(ps):
@@ -547,7 +547,7 @@ def _steps_of(dev: DeviceSummary, starts: np.ndarray) -> np.ndarray:
 
 def _names(raw: list[str | None]) -> tuple[list[str | None], list[str | None]]:
     """(raw name where it differs from the shown one, else None; shown name): mangled symbols demangled."""
-    from .render.formatting import display_names
+    from ..render.formatting import display_names
 
     shown = display_names(raw)
     return [r if r != s else None for r, s in zip(raw, shown, strict=True)], shown
@@ -594,8 +594,8 @@ def _insert_memops(db: sqlite_utils.Database, dev: DeviceSummary, act: DeviceAct
 
 
 def _collective_frame(summary: Summary, dev: DeviceSummary) -> pd.DataFrame:
-    from .analysis.collectives import with_transfer
-    from .communication import link_peak_gbps
+    from ..analysis.collectives import with_transfer
+    from ..model.communication import link_peak_gbps
 
     if not len(dev.collectives):
         return dev.collectives
@@ -628,10 +628,10 @@ def _insert_critical_path(db: sqlite_utils.Database, summary: Summary, activitie
                           run_id: int, trace_ids: dict[str, int]) -> int:
     """The critical path of each step of the summary's first run, one row per stretch (docs/METHOD_WHATIF_SIM.md),
     from the ``activities`` the kernel rows were read from; none where no step has GPU work."""
-    from .analysis.dep_graph import build_graph
-    from .analysis.device import device_key
-    from .analysis.runs import group_runs
-    from .analysis.whatif_sim import simulate
+    from ..analysis.device import device_key
+    from ..analysis.runs import group_runs
+    from ..analysis.what_if.dep_graph import build_graph
+    from ..analysis.what_if.simulate import simulate
 
     devices = [d for d in summary.devices if device_key(d) in activities]
     traces = list({id(a.trace): a.trace for a in activities.values()}.values())

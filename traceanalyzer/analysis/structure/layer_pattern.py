@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import BadInputError
+from ...model.errors import BadInputError
 
 # NVTX / record_function ranges that mark layers: the whole name is a layer name with its number (layer_3,
 # layer3, Layer 3, layers.3, model.layers.3, decoder/layer_3) — not any name that contains "layer1" (TensorRT and
@@ -20,7 +20,7 @@ def check_layer_pattern(pattern: str | None) -> None:
     """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression, or that repeats an
     unbounded repetition (``(a+)+``: exponential backtracking; ``classify.prefilter.nested_repeat``)."""
     if pattern:
-        from ..classify.prefilter import nested_repeat
+        from ...classify.prefilter import nested_repeat
 
         try:
             compiled = re.compile(pattern)

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
-from .api import load_files, load_many, require_kernels
-from .errors import BadInputError
-from .loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
+from ..analysis.structure.layer_pattern import DEFAULT_LAYER_PATTERN, check_layer_pattern
+from ..loaders import KINETO, SUMMARY_TABLES, ProgressFn, detect_format, expand_paths
+from ..model.errors import BadInputError
+from ..model.trace import PathLike, Trace
+from .loading import load_files, load_many, require_kernels
 from .stages import LocalTraceWork, TracePart, analyze_trace, classified_once, reduce_parts
-from .trace import PathLike, Trace
 
 if TYPE_CHECKING:
-    from .analysis.hta_compat import HtaCompatResult
-    from .analysis.results import Summary
-    from .analysis.summary import SummaryOptions
-    from .analysis.whatif_sim import WhatIfResult
+    from ..analysis.hta_compat import HtaCompatResult
+    from ..analysis.results import Summary
+    from ..analysis.summary import SummaryOptions
+    from ..analysis.what_if.simulate import WhatIfResult
 
 ENGINES = ("local", "dask")  # summary engines: this process (+ -j loader processes), a Dask cluster
 
@@ -37,7 +37,7 @@ ENGINES = ("local", "dask")  # summary engines: this process (+ -j loader proces
 def summarize(traces: Trace | Sequence[Trace], options: SummaryOptions | None = None, **kwargs: Any) -> Summary:
     """The whole ``summary`` of already loaded (classified) traces: one :class:`DeviceSummary` per (rank, device)
     with kernels, cross-rank matching, the what-if estimate and findings. ``kwargs`` set SummaryOptions fields."""
-    from .analysis.summary import SummaryOptions
+    from ..analysis.summary import SummaryOptions
 
     opts = options or SummaryOptions(**kwargs)
     return _summarize([traces] if isinstance(traces, Trace) else list(traces), opts, {}).summary
@@ -59,7 +59,7 @@ def _summarize(traces: list[Trace], opts: SummaryOptions, analyzed: dict[int, tu
     """:func:`summarize`, reusing the parts already ``analyzed`` (by ``id`` of their Trace, the Trace kept
     beside its part) for the Traces that are those very objects. ``own``: the traces were loaded for this
     summary, and what only the map step reads is released after it (``stages.analyze_trace``)."""
-    from .analysis.results import SummarySource
+    from ..analysis.results import SummarySource
 
     check_layer_pattern(opts.layer_pattern)
     trace_list = [classified_once(t, opts.rules) for t in traces]
@@ -87,7 +87,7 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **op
 
 def summary_run(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], **options: Any) -> SummaryRun:
     """:func:`summary` with the per-trace work kept beside it (:class:`SummaryRun`: the export's)."""
-    from .analysis.summary import SummaryOptions
+    from ..analysis.summary import SummaryOptions
 
     items = list(traces_or_paths) if isinstance(traces_or_paths, (list, tuple)) else [traces_or_paths]
     traces = [t for t in items if isinstance(t, Trace)]
@@ -118,10 +118,11 @@ def _run_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs
                     scheduler_timeout: float = 10.0) -> SummaryRun:
     """The summary of trace files (or directories of rank traces) and its work. The keywords are
     ``analysis.summary.SummaryOptions`` fields; ``engine="dask"`` computes it on a Dask cluster (``scheduler``
-    address, reached within ``scheduler_timeout`` seconds: :mod:`traceanalyzer.on_dask`). The Summary records how
+    address, reached within ``scheduler_timeout`` seconds: :mod:`traceanalyzer.pipeline.dask_engine`). The Summary
+    records how
     its files were read (``Summary.source``)."""
-    from .analysis.results import SummarySource
-    from .analysis.summary import SummaryOptions
+    from ..analysis.results import SummarySource
+    from ..analysis.summary import SummaryOptions
 
     if engine not in ENGINES:
         raise BadInputError(None, f"unknown engine {engine!r}", f"one of {', '.join(ENGINES)}")
@@ -132,7 +133,7 @@ def _run_paths(paths: Sequence[PathLike], *, rules: PathLike | None = None, jobs
     source = SummarySource(layer_pattern, rules=None if rules is None else str(rules), window=window,
                            from_files=True)
     if engine == "dask":
-        from .on_dask import summarize_on_dask
+        from .dask_engine import summarize_on_dask
 
         result = summarize_on_dask(paths, opts, scheduler=scheduler, window=window, timeout=scheduler_timeout)
         result.source = source
@@ -176,8 +177,8 @@ def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None
                      on_loaded: Callable[[Trace], None] | None = None) -> list[Trace]:
     """``api.load_many`` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
     has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file.
-    ``on_loaded`` as :func:`~traceanalyzer.api.load_files`."""
-    from .loaders.beside import meanwhile
+    ``on_loaded`` as :func:`~traceanalyzer.pipeline.loading.load_files`."""
+    from ..loaders.beside import meanwhile
 
     check_layer_pattern(layer_pattern)
     with meanwhile(_prepare_summary):
@@ -190,7 +191,7 @@ def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None
 def hta_compat(paths: Sequence[PathLike], progress: ProgressFn | None = None, jobs: int = 1) -> HtaCompatResult:
     """``summary --hta-compat``: load Kineto rank traces (files or directories; ``jobs`` worker processes when
     > 1; only the tables HTA's numbers read) and compute HTA's temporal breakdown and overlap per rank."""
-    from .analysis.hta_compat import HTA_TABLES, hta_compat_traces
+    from ..analysis.hta_compat import HTA_TABLES, hta_compat_traces
 
     files = expand_paths(list(paths))
     for f in files:
@@ -204,9 +205,9 @@ def hta_compat(paths: Sequence[PathLike], progress: ProgressFn | None = None, jo
 
 def _prepare_summary() -> None:
     """What a summary needs after loading: the analysis and findings modules, the default rules."""
-    from . import findings  # noqa: F401
-    from .analysis import cross_rank, device, gpu_metrics, summary, what_if  # noqa: F401
-    from .classify.rules import default_rules
+    from .. import findings  # noqa: F401
+    from ..analysis import cross_rank, device, gpu_metrics, summary  # noqa: F401
+    from ..classify.rules import default_rules
 
     default_rules()
 
@@ -219,9 +220,9 @@ def whatif(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, sc
     """``ta.whatif(...)``: the run's dependency graph replayed with the changes (none: the critical path and the
     no-change replay); ``options`` as :func:`summary`'s. Bad change texts and a rank the run lacks are
     :class:`BadInputError`. Method: docs/METHOD_WHATIF_SIM.md."""
-    from .analysis.dep_graph import build_graph
-    from .analysis.runs import group_runs
-    from .analysis.whatif_sim import parse_changes, simulate
+    from ..analysis.runs import group_runs
+    from ..analysis.what_if.dep_graph import build_graph
+    from ..analysis.what_if.simulate import parse_changes, simulate
 
     first = traces_or_paths if isinstance(traces_or_paths, (str, Path, Trace)) else \
         next(iter(traces_or_paths), None)

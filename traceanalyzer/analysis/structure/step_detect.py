@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
+from ..activity import DeviceActivity
+from ..numeric import intervals as iv
 from . import pass_grammar
-from .activity import DeviceActivity
 
 MIN_STEPS = 3  # regular pieces a candidate needs
 MIN_STEP_KERNELS = 4  # kernels in a typical step (a pair of kernels repeated by a benchmark is no step)

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..buckets import EXCLUSIVE_PRECEDENCE
-from ..units import fmt_ms
+from ...model.buckets import EXCLUSIVE_PRECEDENCE
+from ...model.units import fmt_ms
+from ..device import device_key
+from ..results import Summary, _records
 from .attribution import step_component_arrays
-from .device import device_key
 from .kernel_match import (
     collective_table,
     compare_collectives,
@@ -26,7 +27,6 @@ from .kernel_match import (
     kernel_overlap,
     match_kernels,
 )
-from .results import Summary, _records
 
 DIFF_SCHEMA_VERSION = "1.0"
 MIN_NOISE_PCT = 1.0  # noise floor never below this % of the before step (a trace against a near-copy of itself)
@@ -201,7 +201,7 @@ def build_side(summary: Summary) -> DiffSide:
 
 def _moe_side(summary: Summary) -> dict[str, int] | None:
     """The MoE stages' exclusive time per step of one side (``DiffSide.moe``)."""
-    from ..buckets import MOE_STAGES
+    from ...model.buckets import MOE_STAGES
 
     moe = summary.moe
     devices = [d.step_median() for d in getattr(moe, "devices", None) or []]

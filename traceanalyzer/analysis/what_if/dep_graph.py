@@ -37,16 +37,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..api_names import HOST_SYNC
-from ..buckets import BUCKETS
-from ..trace import Table, Trace
-from . import intervals as iv
-from .activity import DeviceActivity
-from .device import DeviceKey, device_key
-from .host_issue import issue_ranges, thread_key
+from ...model.api_names import HOST_SYNC
+from ...model.buckets import BUCKETS
+from ...model.trace import Table, Trace
+from ..activity import DeviceActivity
+from ..device import DeviceKey, device_key
+from ..host_issue import issue_ranges, thread_key
+from ..numeric import intervals as iv
+from ..results import CrossRankSummary, DeviceSummary, rank_column
+from .comm_free import kernel_contention_ns
 from .profiler_cost import ns_per_event
-from .results import CrossRankSummary, DeviceSummary, rank_column
-from .what_if import kernel_contention_ns
 
 #: ``(thread, lo, hi) -> per-interval measure`` (ns covered, or events counted), one host thread per interval
 IntervalMeasure = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -541,7 +541,7 @@ def _collective_edges(parts: _Parts, cross: CrossRankSummary | None,
     transfer = per["transfer_ns"].to_numpy(np.int64)[full]
     n = len(mem)
     size = per["bytes"].to_numpy(np.int64)[full] if "bytes" in per else np.full(n, -1)
-    from ..communication import bus_factors
+    from ...model.communication import bus_factors
 
     factor = bus_factors(per["kind"].to_numpy()[full], np.full(n, len(ranks)), len(ranks))
     inst = parts.add_nodes(kind=np.full(n, INSTANCE, np.int8), start=arrival, end=arrival,

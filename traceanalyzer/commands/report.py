@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
 
-from .analysis.layer_pattern import DEFAULT_LAYER_PATTERN
-from .analysis.results import Summary
-from .errors import EmptyTraceError
-from .trace import PathLike
+from ..analysis.results import Summary
+from ..analysis.structure.layer_pattern import DEFAULT_LAYER_PATTERN
+from ..model.errors import EmptyTraceError
+from ..model.trace import PathLike
 
 DEFAULT_DIR = Path("reports")
 _TRACE_SUFFIXES = re.compile(r"(\.pt\.trace)?\.(json\.gz|json|sqlite3?|db|nsys-rep)$", re.IGNORECASE)
@@ -49,9 +49,9 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     is returned; the ``report`` command's own default file is :func:`default_output`. ``cdn`` references plotly on
     its CDN instead of inlining it (smaller file, needs network to view).
     """
+    from ..pipeline.summarize import summary_run
+    from ..render.html import render_html
     from .output import check_output, write_output
-    from .pipeline import summary_run
-    from .render.html import render_html
 
     if not paths:
         raise EmptyTraceError(None, "no trace files given")

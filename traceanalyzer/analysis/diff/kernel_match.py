@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .device import DeviceKey, DeviceState, device_key
-from .results import DeviceSummary, Finding
+from ..device import DeviceKey, DeviceState, device_key
+from ..numeric import intervals as iv
+from ..results import DeviceSummary, Finding
 
 COUNT_TOLERANCE = 0.10  # launches per step within ±10 % pair two renamed kernels of one bucket
 TIME_RATIO = 8.0  # ... and their times per step within this factor of each other
@@ -44,7 +44,7 @@ _SEPARATORS = re.compile(r"[_\s]+")
 def role_key(name: str) -> str:
     """The role of a kernel name: its function name without template arguments, parameters, tile shapes and
     numbers, lower-cased (``sm90_xmma_gemm_bf16_128x256x64_tn`` → ``smxmma_gemm_bf_tn``)."""
-    from ..classify.normalize import head, normalize_name
+    from ...classify.normalize import head, normalize_name
 
     text = head(normalize_name(name)) or name
     text = _SHAPE.sub("", text)
@@ -71,7 +71,7 @@ def kernel_groups(devices: list[DeviceSummary], states: Mapping[DeviceKey, Devic
     """Per (normalized name, bucket, sub-bucket, grid, block): launches and time per device-step, counting the
     kernels that start inside the devices' step windows (columns ``GROUP_COLUMNS``); a device without its
     working state in ``states`` (its activity) counts none."""
-    from ..classify.normalize import normalize_name
+    from ...classify.normalize import normalize_name
 
     totals: dict[tuple[Any, ...], list[float]] = {}
     steps = 0

@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace import Trace
-from . import intervals as iv
+from ...model.trace import Trace
+from ..activity import DeviceActivity
+from ..grouped import distinct
+from ..numeric import intervals as iv
+from ..numeric.frames import array_of, frame
 from . import pass_grammar, step_detect
-from .activity import DeviceActivity
-from .frames import array_of, frame
-from .grouped import distinct
 
 WARMUP_FACTOR = 3.0  # a forward pass this many times longer than the typical one is warm-up
 _STEP_NUMBER = re.compile(r"ProfilerStep#(\d+)")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .loaders import ProgressFn
+from ..loaders import ProgressFn
 
 
 @contextmanager

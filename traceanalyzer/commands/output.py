@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from .errors import OutputError
-from .trace import PathLike
+from ..model.errors import OutputError
+from ..model.trace import PathLike
 
 STDOUT = "-"
 _SPECIAL_ROOTS = ("/dev/", "/proc/")

@@ -2,11 +2,11 @@
 ``ta.summary(paths, engine="dask")``).
 
 Each rank file is loaded, classified and analysed on a worker, and stays there. What travels to the driver is
-compact: each trace's rank facts (to renumber colliding ranks), its :class:`~traceanalyzer.stages.TracePart`
+compact: each trace's rank facts (to renumber colliding ranks), its :class:`~traceanalyzer.pipeline.stages.TracePart`
 without the activity tables (per-device summaries: per-step figures, the collective table cross-rank matching
 needs), then, once the driver has matched collectives across ranks and sent each worker its ranks' matched
 columns, each rank's what-if costs and each device's findings evidence. Cross-rank matching, the what-if and the
-findings reduce on the driver (:func:`traceanalyzer.stages.reduce_parts`), which never holds a trace. The
+findings reduce on the driver (:func:`traceanalyzer.pipeline.stages.reduce_parts`), which never holds a trace. The
 functions run are the local engine's, in the same order per trace, so the answer is the same to the nanosecond.
 
 Workers read the files by path: the paths must name the same files on every worker (a shared filesystem).
@@ -25,24 +25,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analysis.layer_pattern import check_layer_pattern
-from .api import empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
-from .errors import BadInputError, printable
-from .loaders import SUMMARY_TABLES, expand_paths
-from .loaders.limits import Window, parse_window
-from .parallel import load_file
+from ..analysis.structure.layer_pattern import check_layer_pattern
+from ..loaders import SUMMARY_TABLES, expand_paths
+from ..loaders.limits import Window, parse_window
+from ..model.errors import BadInputError, printable
+from ..model.trace import PathLike, Trace
+from .loading import empty_trace_error, lacks_kernel_table, rank_facts, rank_plan, renumbered
 from .stages import TracePart, analyze_trace, reduce_parts
-from .trace import PathLike, Trace
+from .workers import load_file
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from .analysis.device import DeviceKey, DeviceState
-    from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, WhatIf
-    from .analysis.summary import SummaryOptions
-    from .analysis.what_if import RankCosts
-    from .findings.context import EvidenceKey
-    from .findings.evidence import DeviceEvidence
+    from ..analysis.device import DeviceKey, DeviceState
+    from ..analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, WhatIf
+    from ..analysis.summary import SummaryOptions
+    from ..analysis.what_if.comm_free import RankCosts
+    from ..findings.context import EvidenceKey
+    from ..findings.evidence import DeviceEvidence
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
@@ -52,7 +52,7 @@ def summarize_on_dask(paths: Sequence[PathLike], opts: SummaryOptions, *, schedu
     """The summary of trace files / directories of rank traces, computed on a Dask cluster (module doc) with the
     local engine's options ``opts``: ``scheduler`` (else ``$DASK_SCHEDULER_ADDRESS``, else a LocalCluster of
     ``opts.jobs`` worker processes, no more than there are files); ``window`` as
-    :func:`traceanalyzer.pipeline.summarize_paths`; ``timeout``: seconds to reach the scheduler."""
+    :func:`traceanalyzer.pipeline.summarize.summarize_paths`; ``timeout``: seconds to reach the scheduler."""
     check_layer_pattern(opts.layer_pattern)
     skipped: list[str] = []
     files = [str(f) for f in expand_paths(list(paths), skipped)]
@@ -234,7 +234,7 @@ def dask_setup(worker: object) -> None:
 
 
 class DaskTraceWork:
-    """:class:`~traceanalyzer.stages.TraceWork` where each trace lives on a worker: the what-if costs and the
+    """:class:`~traceanalyzer.pipeline.stages.TraceWork` where each trace lives on a worker: the what-if costs and the
     findings evidence are computed there, from the trace and its full part; only their compact results travel."""
 
     def __init__(self, client: Client, traces: list[Future[Any]], full_parts: list[Future[Any]],
@@ -254,7 +254,7 @@ class DaskTraceWork:
 
     def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
                   with_range: bool) -> WhatIf:
-        from .analysis.what_if import combine_comm_free, cross_rank_columns
+        from ..analysis.what_if.comm_free import combine_comm_free, cross_rank_columns
 
         futures = []
         for trace, full, part in zip(self.traces, self.full_parts, self.parts, strict=True):
@@ -270,7 +270,7 @@ class DaskTraceWork:
         return combine_comm_free(ranks, run_devices, cross, with_range=with_range)
 
     def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
-        from .findings import run_findings
+        from ..findings import run_findings
 
         evidence: dict[EvidenceKey, DeviceEvidence] = {}
         for found in self.client.gather(self._submit_evidence()):
@@ -316,13 +316,13 @@ def _compact(part: TracePart) -> TracePart:
 
 
 def _comm_costs(trace: Trace, part: TracePart, columns: dict[int, Any], with_range: bool) -> dict[int, RankCosts]:
-    from .analysis.what_if import trace_comm_costs
+    from ..analysis.what_if.comm_free import trace_comm_costs
 
     return trace_comm_costs(trace, part.devices, None, columns, with_range=with_range, states=part.device_states())
 
 
 def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, DeviceEvidence]:
-    from .findings import materialized_evidence
+    from ..findings import materialized_evidence
 
     return materialized_evidence(trace, part.devices, options, states=part.device_states())
 
@@ -331,7 +331,7 @@ def _evidence(trace: Trace, part: TracePart, options: Any) -> dict[EvidenceKey, 
 def _late_wanted(result: Summary) -> dict[str, set[tuple[int, int]]]:
     """Per trace path, the (rank, device) pairs whose late findings evidence the rules will read
     (:func:`~traceanalyzer.findings.late_evidence_wanted`): asked of the traces' holders after the what-if."""
-    from .findings import late_evidence_wanted
+    from ..findings import late_evidence_wanted
 
     out: dict[str, set[tuple[int, int]]] = {}
     for d in late_evidence_wanted(result):
@@ -342,8 +342,8 @@ def _late_wanted(result: Summary) -> dict[str, set[tuple[int, int]]]:
 def _late_evidence(trace: Trace, part: TracePart, wanted: set[tuple[int, int]], options: SummaryOptions
                    ) -> dict[EvidenceKey, DeviceEvidence]:
     """On the worker holding the trace: the late evidence figures of its ``wanted`` (rank, device) pairs."""
-    from .findings import materialized_evidence
-    from .findings.evidence import LATE_FIGURES
+    from ..findings import materialized_evidence
+    from ..findings.evidence import LATE_FIGURES
 
     return materialized_evidence(trace, [d for d in part.devices if (d.rank, d.device) in wanted], options,
                                  figures=LATE_FIGURES, states=part.device_states())

@@ -3,8 +3,9 @@
 parts into the :class:`~traceanalyzer.analysis.results.Summary`: run identity, cross-rank matching, GPU metrics and
 power, and — through :class:`TraceWork`, since they read the traces again — the what-if and the findings.
 
-:class:`LocalTraceWork` does that work on traces held in this process (:func:`traceanalyzer.pipeline.summarize`);
-:mod:`traceanalyzer.on_dask` where each trace lives on a Dask worker.
+:class:`LocalTraceWork` does that work on traces held in this process
+(:func:`traceanalyzer.pipeline.summarize.summarize`);
+:mod:`traceanalyzer.pipeline.dask_engine` where each trace lives on a Dask worker.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .api import classified
-from .trace import PathLike, Table, Trace, TraceHeader
+from ..model.trace import PathLike, Table, Trace, TraceHeader
+from .loading import classified
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .analysis.device import DeviceKey, DeviceState
-    from .analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
-    from .analysis.summary import SummaryOptions
+    from ..analysis.device import DeviceKey, DeviceState
+    from ..analysis.results import CrossRankSummary, DeviceSummary, Finding, Summary, TraceMeta, WhatIf
+    from ..analysis.summary import SummaryOptions
 
 
 @dataclass
@@ -57,10 +58,10 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
     """The map step of a summary: one classified trace's devices analysed (``analysis.device``), its header and
     meta, its GPU-metric aggregates. ``release``: then empty the trace's :data:`MAP_ONLY_TABLES` (a trace the
     summary loaded itself and reads again only for the reduce)."""
-    from .analysis.device import device_work
-    from .analysis.gpu_metrics import aggregate_gpu_metrics
-    from .analysis.platform import trace_platform
-    from .analysis.summary import device_pairs, trace_meta
+    from ..analysis.device import device_work
+    from ..analysis.gpu_metrics import aggregate_gpu_metrics
+    from ..analysis.platform import trace_platform
+    from ..analysis.summary import device_pairs, trace_meta
 
     pairs = device_pairs(trace)
     works = []
@@ -79,7 +80,7 @@ def analyze_trace(trace: Trace, options: SummaryOptions, *, release: bool = Fals
 
 def _release_starts(trace: Trace, rank: int | None) -> None:
     """Let go of the API call starts (:data:`MAP_ONLY_TABLES`) of ``rank``, or of every rank with ``None``."""
-    from .call_starts import without_rank
+    from ..model.call_starts import without_rank
 
     if not any(len(trace.tables[name]) for name in MAP_ONLY_TABLES if name in trace.tables):
         return
@@ -121,13 +122,13 @@ class LocalTraceWork:
 
     def comm_free(self, run_paths: set[str], run_devices: list[DeviceSummary], cross: CrossRankSummary | None,
                   with_range: bool) -> WhatIf:
-        from .analysis.what_if import estimate_comm_free
+        from ..analysis.what_if.comm_free import estimate_comm_free
 
         return estimate_comm_free([t for t in self.traces if str(t.path) in run_paths], run_devices, cross,
                                   with_range=with_range, states=self.states)
 
     def findings(self, result: Summary, options: SummaryOptions) -> list[Finding]:
-        from .findings import run_findings
+        from ..findings import run_findings
 
         return run_findings(self.traces, result, options, states=self.states)
 
@@ -135,11 +136,11 @@ class LocalTraceWork:
 def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWork) -> Summary:
     """The reduce step of a summary: run identity, cross-rank matching (primary run only), the what-if and the
     findings (through ``work``, where the traces are), GPU metrics and power, from every trace's part."""
-    from .analysis.cross_rank import analyze_cross_rank
-    from .analysis.moe import moe_summary
-    from .analysis.platform import platform_facts
-    from .analysis.results import RunCompleteness, Summary
-    from .analysis.runs import group_runs, run_warnings
+    from ..analysis.cross_rank import analyze_cross_rank
+    from ..analysis.moe import moe_summary
+    from ..analysis.platform import platform_facts
+    from ..analysis.results import RunCompleteness, Summary
+    from ..analysis.runs import group_runs, run_warnings
 
     headers = [p.header for p in parts]
     devices = [d for p in parts for d in p.devices]
@@ -190,9 +191,9 @@ def _power(traces: Sequence[Trace | TraceHeader], devices: list[DeviceSummary],
     """The nvidia-smi log read and aligned with each GPU's activity window (UTC), or why it could not be; the log's
     time zone given (``utc_offset_s``, or ``zone``: ``--gpu-log-tz``) or detected
     (``analysis.power.power_aligned``)."""
-    from .analysis.power import power_aligned, zone_offset_s
-    from .errors import BadInputError
-    from .loaders.power_log import read_power_log
+    from ..analysis.power import power_aligned, zone_offset_s
+    from ..loaders.power_log import read_power_log
+    from ..model.errors import BadInputError
 
     windows: dict[int, tuple[int, int]] = {}
     base = {str(t.path): t.base_time_ns for t in traces}

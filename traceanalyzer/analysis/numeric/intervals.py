@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .grouped import distinct
+from ..grouped import distinct
 
 Intervals = tuple[np.ndarray, np.ndarray]
 

@@ -15,10 +15,10 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from . import errors
-from .loaders import ProgressFn, load_one
-from .loaders.limits import Window
-from .trace import PathLike, Trace
+from ..loaders import ProgressFn, load_one
+from ..loaders.limits import Window
+from ..model import errors
+from ..model.trace import PathLike, Trace
 
 MAX_FILES_PER_TASK = 32  # files loaded by one worker task at most
 TASKS_PER_WORKER = 16  # runs of files per worker at least, where there are files enough
@@ -106,7 +106,7 @@ def load_file(path: PathLike, *, rules: PathLike | None = None, classify: bool =
     trace = load_one(path, progress=progress, tables=tables, window=window)
     if not classify:
         return trace
-    from .classify import classified
+    from ..classify import classified
 
     return classified(trace, rules)
 
@@ -126,7 +126,7 @@ def _load_run_in_worker(paths: list[str], rules: str | None, classify: bool,
                         tables: frozenset[str] | None, window: Window | None = None) -> list[tuple[str, Any]]:
     """Worker side of a run of files: :func:`_load_in_worker` of each, up to and including the first failure; a
     kernel name the run's files share is classified once (``classify.engine.classes_shared``)."""
-    from .classify.engine import classes_shared
+    from ..classify.engine import classes_shared
 
     results = []
     with classes_shared():

@@ -44,14 +44,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace import Table, Trace
-from . import intervals as iv
-from .activity import DeviceActivity, gather
-from .device import DeviceKey, DeviceState, device_key
-from .frames import array_of, frame
-from .grouped import dense_codes, run_quantile, sorted_runs
-from .host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
-from .results import (
+from ...model.trace import Table, Trace
+from ..activity import DeviceActivity, gather
+from ..device import DeviceKey, DeviceState, device_key
+from ..grouped import dense_codes, run_quantile, sorted_runs
+from ..host_issue import HostEvidence, collective_calls, host_evidence, host_only_in_steps, host_slowed_after_calls
+from ..numeric import intervals as iv
+from ..numeric.frames import array_of, frame
+from ..results import (
     CrossRankSummary,
     DeviceSummary,
     PartialRun,
@@ -62,7 +62,7 @@ from .results import (
     WhatIfDetails,
     WhatIfSteps,
 )
-from .what_if_range import profiler_weighing, step_range, upper_bounds
+from .range import profiler_weighing, step_range, upper_bounds
 
 HOST_SHARE = 0.75  # host share of the saving at/above which basis is host_launch (gpu_transfer at/below 1 - it)
 NEVER = np.iinfo(np.int64).max

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace import Trace
-from .results import DeviceSummary
-from .what_if_range import HostEvents, host_event_counts
+from ...model.trace import Trace
+from ..results import DeviceSummary
+from .range import HostEvents, host_event_counts
 
 #: (low, point, high) host ns a profiler adds per recorded host event: the smallest, median and largest measured
 KINETO_NS_PER_EVENT = (3_000, 3_500, 4_670)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .analysis.compare import (
+from ..analysis.diff.compare import (
     DIFF_SCHEMA_VERSION,
     MIN_NOISE_PCT,
     VERDICTS,
@@ -23,10 +23,10 @@ from .analysis.compare import (
     compare,
     diff_summaries,
 )
-from .analysis.results import Summary
-from .analysis.summary import SKIPPABLE
-from .classify.engine import classes_shared
-from .trace import PathLike, Trace
+from ..analysis.results import Summary
+from ..analysis.summary import SKIPPABLE
+from ..classify.engine import classes_shared
+from ..model.trace import PathLike, Trace
 
 #: What the summaries inside a diff leave out (``SummaryOptions.skip``): no diff output (JSON, terminal, HTML) and
 #: no findings rule reads those parts (docs/DIFF.md, "Cost"); the MoE layers stay (the diff's MoE stages).
@@ -50,7 +50,7 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
          | Sequence[PathLike | Trace], *, min_noise_pct: float = MIN_NOISE_PCT, **options: Any) -> DiffResult:
     """``ta.diff(before, after)``: each side a trace file, a directory of rank traces, a list of them, loaded
     Traces, or a ready Summary; ``options`` are summary options (``rules``, ``step_range``, ``layer_pattern``,
-    ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.errors.BadInputError` naming the file.
+    ``jobs``, ``progress``). Bad input raises :class:`~traceanalyzer.model.errors.BadInputError` naming the file.
 
     The sides are summarized one after the other, each as ``summary`` does it (with its decode helper for big
     Kineto files) less the parts no diff output reads (:data:`DIFF_SKIPS`), and reduced by
@@ -58,7 +58,7 @@ def diff(before: PathLike | Trace | Summary | Sequence[PathLike | Trace], after:
     (a run diffed against itself) it is loaded and summarized once; kernel names both sides share are classified
     once (:func:`~.classify.engine.classes_shared`).
     """
-    from .pipeline import summary as summarize_side
+    from ..pipeline.summarize import summary as summarize_side
 
     def side(given: Any) -> DiffSide:
         if isinstance(given, Summary):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..call_starts import counts_between
-from ..trace import Trace
-from .frames import array_of
-from .results import DeviceSummary, WhatIfRange
+from ...model.call_starts import counts_between
+from ...model.trace import Trace
+from ..numeric.frames import array_of
+from ..results import DeviceSummary, WhatIfRange
 
 #: Host time the profiler adds per recorded host event (Kineto ``cpu_op`` range or CUDA API call): median of
 #: (profiled − unprofiled step) / events per step over the host-bound H200 runs, 1.3–4.0 µs (docs/METHOD_WHAT_IF.md).

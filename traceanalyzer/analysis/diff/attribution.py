@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .activity import COMMUNICATION, DeviceActivity
-from .results import CrossRankSummary, DeviceSummary
+from ..activity import COMMUNICATION, DeviceActivity
+from ..numeric import intervals as iv
+from ..results import CrossRankSummary, DeviceSummary
 
 COMM_WAIT = "comm:wait"
 COMM_TRANSFER = "comm:exposed_transfer"

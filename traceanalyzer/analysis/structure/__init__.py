@@ -1,0 +1,1 @@
+"""Structure: steps (``steps``, ``step_detect``, ``pass_grammar``) and layers (``layers``, ``layer_pattern``)."""

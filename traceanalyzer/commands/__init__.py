@@ -1,0 +1,1 @@
+"""The commands the CLI and the ``ta.*`` facade run: report, export, diff, and their output and progress helpers."""
