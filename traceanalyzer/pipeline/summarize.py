@@ -175,7 +175,7 @@ def load_for_summary(paths: Sequence[PathLike], *, rules: PathLike | None = None
                      layer_pattern: str | None = DEFAULT_LAYER_PATTERN,
                      progress: ProgressFn | None = None, window: str | None = None,
                      on_loaded: Callable[[Trace], None] | None = None) -> list[Trace]:
-    """``api.load_many`` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
+    """``loading.load_many`` before a summary: the layer pattern checked first, :class:`EmptyTraceError` when no file
     has kernels, and the analysis modules imported while a forked helper decodes part of a big Kineto file.
     ``on_loaded`` as :func:`~traceanalyzer.pipeline.loading.load_files`."""
     from ..loaders.beside import meanwhile

@@ -503,7 +503,7 @@ def estimate_comm_free(traces: list[Trace], devices: list[DeviceSummary],
                        states: Mapping[DeviceKey, DeviceState] | None = None) -> WhatIf:
     """Step-time saving if communication were free (see the module doc for the method): each rank's costs
     (:func:`rank_comm_costs`, the first of its devices that has any) combined by :func:`combine_comm_free`;
-    without ``with_range``, ``details`` leave out the range and its confidence (``what_if_range.step_range``).
+    without ``with_range``, ``details`` leave out the range and its confidence (``range.step_range``).
     ``states``: the devices' working state (``DeviceState``) where their analysis kept it."""
     known = states or {}
     ranks: dict[int, RankCosts] = {}

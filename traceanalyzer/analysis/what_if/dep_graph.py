@@ -412,7 +412,7 @@ def _issue_cover(trace: Trace, pids: np.ndarray, offset: int) -> IntervalMeasure
 
 def _profiled_events(trace: Trace, threads: np.ndarray, offset: int) -> IntervalMeasure:
     """A function ``(thread, lo, hi) -> count`` of the host events a profiler recorded on the thread starting in
-    ``[lo, hi)``: Kineto ``cpu_op`` ranges and CUDA API calls, as ``what_if_range.host_event_counts`` counts them
+    ``[lo, hi)``: Kineto ``cpu_op`` ranges and CUDA API calls, as ``range.host_event_counts`` counts them
     (an nsys export read for a summary: the API calls it kept)."""
     api, r = trace.api_calls, trace.ranges
     starts = [api["start_ns"]]

@@ -1,7 +1,7 @@
 """The what-if's uncertainty: the profiler's share of a rank's GPU idle time, the readings that bound the estimate,
 and the range and confidence built from them (docs/METHOD_WHAT_IF.md, "Range and confidence").
 
-Every reading is per step of the rank that sets the step; ``what_if.estimate_comm_free`` computes the host and GPU
+Every reading is per step of the rank that sets the step; ``comm_free.estimate_comm_free`` computes the host and GPU
 readings, this module weighs and bounds them.
 """
 
