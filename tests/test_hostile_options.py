@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from traceanalyzer.cli import main
+from test_hostile import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_DIR = REPO / "fixtures" / "kineto" / "tp2_prefill_serial"
@@ -20,10 +19,6 @@ KINETO_FILE = KINETO_DIR / "rank0.json.gz"
 pytestmark = pytest.mark.timeout(120)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, list[str]]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, [line for line in err.splitlines() if line.strip()]
 
 
 def assert_one_line(code: int, err: list[str], problem: str) -> None:
