@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceanalyzer.classify.demangle import MAX_EXPANSION, demangle
-from traceanalyzer.classify.engine import classify_one
+from traceanalyzer.classify.engine import _template_part, classify_one, infer_arch
 from traceanalyzer.classify.normalize import MAX_NAME_CHARS, _drop_rocm_suffix, _drop_truncation, normalize_name
 from traceanalyzer.classify.rules import default_rules, rule_set
 
@@ -128,6 +128,53 @@ def test_linear_suffix_helpers_equal_the_old_patterns(text: str) -> None:
     text = text.strip()
     assert _drop_truncation(text) == _OLD_TRUNCATED.sub("", text)
     assert _drop_rocm_suffix(text) == _OLD_ROCM.sub("", _OLD_ROCM.sub("", text))
+
+
+def _old_template_part(name: str) -> str:
+    """``_template_part`` before it skipped to the brackets (a loop over every character)."""
+    depth = 0
+    plain = name.replace("(anonymous namespace)", "{anon}")
+    for i, ch in enumerate(plain):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0 and i > 0:
+            return plain[:i]
+    return plain
+
+
+_OLD_ARCH = (re.compile(r"(?:^|[^a-zA-Z])(?:sm|SM)_?(\d{2,3})(?![\dx])|Sm(\d{2,3})(?![\dx])"
+                        r"|(?:^|[^a-z])cutlass_(\d{2})_"),
+             re.compile(r"(?:^|[^a-zA-Z])sm(\d{1,2})x", re.IGNORECASE))
+
+
+def _old_arch(name: str) -> str | None:
+    m = _OLD_ARCH[0].search(name)
+    if m:
+        return "sm" + next(g for g in m.groups() if g)
+    m = _OLD_ARCH[1].search(name)
+    if m:
+        return f"sm{m.group(1)}0"
+    return next((arch for prefix, arch in (("volta_", "sm70"), ("turing_", "sm75"), ("ampere_", "sm80"),
+                                           ("hopper_", "sm90")) if name.lower().startswith(prefix)), None)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(["<", ">", "(", ")", "(anonymous namespace)", "x", "sm", "SM", "Sm", "_", "90",
+                                 "100", "x", "cutlass_", "80", "volta_", "hopper_", "ſm", "İ"]),
+                max_size=12).map("".join))
+def test_bracket_and_arch_shortcuts_equal_the_old_loops(text: str) -> None:
+    assert _template_part(text) == _old_template_part(text)
+    assert infer_arch(text) == _old_arch(text)
+
+
+def test_bracket_and_arch_shortcuts_on_real_names() -> None:
+    names = _fixture_names()
+    assert names
+    for name in names:
+        assert _template_part(name) == _old_template_part(name), name
+        assert infer_arch(name) == _old_arch(name), name
 
 
 #: the issue's shapes: runs of spaces and dots, tabs and ellipses, templates, DeepGEMM-like and MoE-like names,

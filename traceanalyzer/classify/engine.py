@@ -111,16 +111,22 @@ _FUSED_OPS = (
 
 def _template_part(name: str) -> str:
     """The name without its trailing parameter list (parameter types like ``int4*`` mislead dtype tags)."""
-    depth = 0
     plain = name.replace("(anonymous namespace)", "{anon}")
-    for i, ch in enumerate(plain):
+    if plain.find("(", 1) < 0:
+        return plain
+    depth = 0
+    for m in _BRACKETS.finditer(plain):  # only the brackets, not every character
+        ch = m.group()
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0 and i > 0:
-            return plain[:i]
+        elif depth == 0 and m.start() > 0:
+            return plain[:m.start()]
     return plain
+
+
+_BRACKETS = re.compile(r"[<>(]")
 
 
 _NVJET_TYPES = re.compile(r"^nvjet_(?:sm\d+_)?(qq|[a-z])[a-z]{1,3}_\d")
@@ -156,14 +162,15 @@ def infer_fp4_format(name: str) -> str | None:
 
 def infer_arch(name: str) -> str | None:
     """Target architecture spelled in the name (``sm90``, ``sm100``, ``sm120``…), else None."""
-    m = _ARCH.search(name)
-    if m:
-        digits = next(g for g in m.groups() if g)
-        return f"sm{digits}"
-    m = _ARCH_FAMILY.search(name)
-    if m:
-        return f"sm{m.group(1)}0"
     lower = name.lower()
+    if "sm" in lower or "cutlass_" in name:  # every spelling the two patterns read holds one of these
+        m = _ARCH.search(name)
+        if m:
+            digits = next(g for g in m.groups() if g)
+            return f"sm{digits}"
+        m = _ARCH_FAMILY.search(name)
+        if m:
+            return f"sm{m.group(1)}0"
     for prefix, arch in _ARCH_BY_NAME:
         if lower.startswith(prefix):
             return arch

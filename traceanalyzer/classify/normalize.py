@@ -25,11 +25,11 @@ _CLOSE = re.compile(r">\s+>")
 _PTR_SPACE = re.compile(r"(?<!\s)\s+([*&]+)")  # tried only where a run of whitespace starts: linear
 _RETURN_TYPE = re.compile(r"^(?:void|int|float|double|auto|__global__ void)\s+(?=[\w:(<~])")
 
-#: characters of a name that classification reads: 3x the longest kernel name of the 244 real traces in ../shared
+#: characters of a name that classification reads: 1.6x the longest kernel name of the 244 real traces in ../shared
 #: and fixtures/ (5,160, a Kineto name of xDiT on MI300X), so no real name is cut; a longer one (a crafted or
 #: damaged trace) is classified on its first MAX_NAME_CHARS characters, before and after demangling, which bounds
 #: the time of every pattern per name (every pattern is linear in what it reads: tests/test_hostile_names.py)
-MAX_NAME_CHARS = 16384
+MAX_NAME_CHARS = 8192
 
 
 def _drop_truncation(name: str) -> str:

@@ -71,15 +71,109 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
     return tuple(sorted(need)) if need else None
 
 
-def nested_repeat(pattern: str, flags: int = 0) -> str | None:
-    """The part of a user's regex that repeats a repetition without bound (``(a+)+``, ``(\\w*x?)*``), whose
-    backtracking can take exponential time on a text that almost matches; None when there is none (or the
-    pattern does not parse: :func:`re.compile` says why). Bounded repeats (``{2}``, ``?``) are harmless."""
+def backtracking_hazard(pattern: str, flags: int = 0) -> str | None:
+    """What in a user's regex can take exponential time on a text that almost matches, or None when nothing
+    does (or the pattern does not parse: :func:`re.compile` says why):
+
+    * a repetition repeated without bound (``(a+)+``, ``(\\w*x?)*``); bounded repeats (``{2}``, ``?``) are
+      harmless;
+    * an unbounded repetition of an alternation that can spell one text two ways (``(a|a)*``, ``(a|aa)+``,
+      ``(ab|a|ba)*``): ``w`` read two ways makes ``w`` repeated n times read 2**n ways. Decided exactly for a
+      body whose texts are finitely many (literals, small character sets, bounded repeats: at most
+      ``_MAX_WORDS``), by the Sardinas–Patterson test; a body with an open class (``\\w``, ``.``) or a
+      lookaround is not judged (plain groups of literals, ``(ab)+``, ``(?:er|ne)+``, ``(foo|foobar)+``, are
+      fine)."""
     try:
         parsed = _p.parse(pattern, flags)
     except Exception:
         return None
     return _nested(parsed, inside=False, pattern=pattern)
+
+
+_MAX_WORDS = 512  # texts of a repeated body read exactly; a larger body is not judged
+
+
+def _words(items: Any) -> list[str] | None:
+    """Every text the item sequence matches, one entry per way of matching it (so ``a|a`` gives two), or None
+    when the texts are not few and fixed (an open class, a lookaround, a back-reference, too many)."""
+    out = [""]
+    for op, av in items:
+        part = _item_words(op, av)
+        if part is None:
+            return None
+        out = [a + b for a in out for b in part]
+        if len(out) > _MAX_WORDS:
+            return None
+    return out
+
+
+def _item_words(op: Any, av: Any) -> list[str] | None:
+    """:func:`_words` of one parsed item."""
+    if op is _c.LITERAL:
+        return [chr(av)]
+    if op is _c.IN:
+        return _set_chars(av)
+    if op is _c.SUBPATTERN:
+        return _words(av[3])
+    if op is _c.BRANCH:
+        part: list[str] = []
+        for branch in av[1]:
+            sub = _words(branch)
+            if sub is None:
+                return None
+            part.extend(sub)
+        return part
+    if op in _REPEATS and av[1] is not _c.MAXREPEAT and av[1] <= 8:
+        return _bounded_repeat_words(av[0], av[1], av[2])
+    return None
+
+
+def _set_chars(members: Any) -> list[str] | None:
+    """The characters of a ``[...]`` set of literals and small ranges (one way each), else None."""
+    chars: set[str] = set()
+    for kind, value in members:
+        if kind is _c.LITERAL:
+            chars.add(chr(value))
+        elif kind is _c.RANGE and value[1] - value[0] < 64:
+            chars.update(map(chr, range(value[0], value[1] + 1)))
+        else:
+            return None
+    return sorted(chars)
+
+
+def _bounded_repeat_words(low: int, high: int, items: Any) -> list[str] | None:
+    """:func:`_words` of ``items{low,high}``."""
+    body = _words(items)
+    if body is None:
+        return None
+    part: list[str] = []
+    power = [""]
+    for k in range(high + 1):
+        if k >= low:
+            part.extend(power)
+        power = [a + b for a in power for b in body]
+        if len(power) > _MAX_WORDS:
+            return None
+    return part
+
+
+def _reads_two_ways(words: list[str]) -> bool:
+    """Whether some text is a concatenation of ``words`` in two ways: a word listed twice, or the code is not
+    uniquely decodable (Sardinas–Patterson: a dangling suffix that is itself a word). The empty word is left
+    out: the regex engine does not iterate on an empty match."""
+    if len(set(words)) < len(words):
+        return True
+    code = {w for w in words if w}
+    dangling = {b[len(a):] for a in code for b in code if a != b and b.startswith(a)}
+    seen: set[str] = set()
+    while dangling:
+        if dangling & code or "" in dangling:
+            return True
+        seen |= dangling
+        step = {b[len(a):] for a in code for b in dangling if b.startswith(a)} | \
+               {b[len(a):] for a in dangling for b in code if b.startswith(a)}
+        dangling = step - seen
+    return False
 
 
 def _unbounded(op: Any, av: Any) -> bool:
@@ -92,6 +186,10 @@ def _nested(items: Any, *, inside: bool, pattern: str) -> str | None:
         if op in _REPEATS:
             if inside and _unbounded(op, av):
                 return "an unbounded repetition inside another"
+            if _unbounded(op, av) and op is not getattr(_c, "POSSESSIVE_REPEAT", None):
+                words = _words(av[2])
+                if words is not None and _reads_two_ways(words):
+                    return "a repeated alternation that can read one text two ways"
             found = _nested(av[2], inside=inside or _unbounded(op, av), pattern=pattern)
             if found:
                 return found

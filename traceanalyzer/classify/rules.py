@@ -33,7 +33,7 @@ from typing import Any
 
 from ..model.buckets import BUCKETS, MOE_BUCKETS, MOE_STAGES
 from ..model.errors import RulesError
-from .prefilter import nested_repeat, required_literals
+from .prefilter import backtracking_hazard, required_literals
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,8 +113,8 @@ class RuleSet:
         kinds, candidates, index = self._plan
         for text, (finder, masks) in zip(texts, index, strict=True):
             if finder is not None:
-                for m in finder.finditer(text):
-                    candidates |= masks[m.group(1)]
+                for lit in set(finder.findall(text)):
+                    candidates |= masks[lit]
         while candidates:
             low = candidates & -candidates
             candidates ^= low
@@ -207,7 +207,7 @@ def _compile(text: Any, flags: int, key: str, where: str, path: str, lowercase: 
         pattern = re.compile(text.lower()) if lowercase else re.compile(text, flags)
     except (re.error, RecursionError, OverflowError) as exc:
         raise _fail(path, f"{where}: bad regex in '{key}': {exc}") from None
-    nested = nested_repeat(pattern.pattern, pattern.flags)
+    nested = backtracking_hazard(pattern.pattern, pattern.flags)
     if nested:
         raise _fail(path, f"{where}: the regex in '{key}' has {nested}, whose backtracking can take exponential "
                     "time on a long name — repeat a plain group instead (e.g. '(ab)+', not '(a+b)+')")

@@ -18,16 +18,16 @@ DEFAULT_LAYER_PATTERN = r"(?i)^(?:[\w.]*[./])?layers?[ _.]?\d+$"
 
 def check_layer_pattern(pattern: str | None) -> None:
     """Raise BadInputError (exit 2) for a layer pattern that is not a regular expression, or that repeats an
-    unbounded repetition (``(a+)+``: exponential backtracking; ``classify.prefilter.nested_repeat``)."""
+    unbounded repetition (``(a+)+``: exponential backtracking; ``classify.prefilter.backtracking_hazard``)."""
     if pattern:
-        from ...classify.prefilter import nested_repeat
+        from ...classify.prefilter import backtracking_hazard
 
         try:
             compiled = re.compile(pattern)
         except (re.error, RecursionError, OverflowError) as exc:
             raise BadInputError(None, f"--layer-pattern {pattern!r} is not a valid regular expression ({exc})") \
                 from None
-        nested = nested_repeat(compiled.pattern, compiled.flags)
+        nested = backtracking_hazard(compiled.pattern, compiled.flags)
         if nested:
             raise BadInputError(None, f"--layer-pattern {pattern!r} has {nested}, whose backtracking can take "
                                 "exponential time on a long range name", "repeat a plain group instead")
