@@ -213,6 +213,48 @@ def test_peers_that_are_not_dask_schedulers(capsys: pytest.CaptureFixture[str],
     assert time.monotonic() - started < 30
 
 
+@pytest.fixture(scope="module")
+def client_tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Dask configuration with a self-signed client certificate (made by openssl), as a tls:// user has."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=traceanalyzer-test"], check=True, capture_output=True)
+    return {"distributed.comm.tls.client.cert": str(cert), "distributed.comm.tls.client.key": str(key),
+            "distributed.comm.tls.ca-file": str(cert)}
+
+
+@pytest.mark.parametrize("scheme", ["ws", "tls", "wss"])
+@pytest.mark.parametrize(("reply", "problem"), [
+    (b"", r"within 2 s: Timed out"),  # accepts, silent: the TLS or WebSocket handshake never ends
+    (b"\xff" * 64, r"is not a Dask scheduler|\(the connection failed\)|within 2 s"),  # ws waits for more bytes
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", r"is not a Dask scheduler|\(the connection failed\)"),
+], ids=["silent", "garbage", "http"])
+def test_tls_and_websocket_peers_that_are_not_dask_schedulers(
+        capsys: pytest.CaptureFixture[str], listener: tuple[socket.socket, list[bytes]],
+        request: pytest.FixtureRequest, scheme: str, reply: bytes, problem: str) -> None:
+    """Over tls/ws/wss the first bytes are a TLS or HTTP handshake, so the tcp probe cannot judge the peer; dask's
+    connect is bounded by --scheduler-timeout instead (its handshake read too): each case ends as exit 2 within
+    the timeout plus dask's start."""
+    import dask
+
+    server, replies = listener
+    replies.append(reply)
+    config = request.getfixturevalue("client_tls") if scheme != "ws" else {}
+    address = f"{scheme}://127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    with dask.config.set(config):
+        code, _, err = run_cli(capsys, ["summary", str(KINETO_FILE), "--engine", "dask", "--scheduler", address,
+                                        "--scheduler-timeout", "2"])
+    assert code == 2 and len(err) == 1 and re.search(problem, err[0]), err
+    assert time.monotonic() - started < 15
+
+
 def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--engine dask -j 16`` on two files started 16 workers (19 processes): now 2."""
     from traceanalyzer.pipeline import dask_engine as on_dask

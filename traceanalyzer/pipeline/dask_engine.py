@@ -172,12 +172,15 @@ def dask_client(scheduler: str | None, jobs: int, timeout: float = CONNECT_TIMEO
         _probe(address, timeout)
         try:
             client = Client(address, timeout=timeout)  # the connection and dask's handshake, within ``timeout``
-        except (OSError, TimeoutError) as exc:
-            raise BadInputError(None, f"cannot reach the Dask scheduler at {address} within {timeout:g} s: "
-                                f"{printable(str(exc)[:200])}", "start one with `dask scheduler`, or drop "
-                                "--scheduler for a local cluster (--scheduler-timeout sets the wait)") from None
+        except (OSError, TimeoutError) as exc:  # dask says "Timed out" for a silent peer (tls/ws: a handshake)
+            said = printable(str(exc)[:200]) or type(exc).__name__
+            timed_out = isinstance(exc, TimeoutError) or "timed out" in said.lower()
+            problem = f"within {timeout:g} s" if timed_out else "(the connection failed)"
+            raise BadInputError(None, f"cannot reach the Dask scheduler at {printable(address)} {problem}: {said}",
+                                "start one with `dask scheduler`, or drop --scheduler for a local cluster "
+                                "(--scheduler-timeout sets the wait)") from None
         except Exception as exc:  # a peer that answers, but not as a Dask scheduler (garbage frames, a web server)
-            raise BadInputError(None, f"{address} is not a Dask scheduler: it answered something else "
+            raise BadInputError(None, f"{printable(address)} is not a Dask scheduler: it answered something else "
                                 f"({type(exc).__name__})", "give the address `dask scheduler` prints") from None
         try:
             yield client
