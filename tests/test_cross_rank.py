@@ -62,10 +62,10 @@ def test_step_matching_transfer_wait_and_straggler() -> None:
     # 1 MB in 100 ns = 10_000 GB/s algbw; all-reduce over 2 ranks: busbw = algbw
     assert per["algbw_gbps"].tolist() == [10_000.0, 10_000.0]
     assert per["busbw_gbps"].tolist() == [10_000.0, 10_000.0]
-    assert cr.extra["clock_comparable"] is True
+    assert cr.detail is not None and cr.detail.clock_comparable is True
     # start gaps fully explained by waits: no apparent clock offset, arrivals agree with least wait
-    assert cr.extra["clock_offset_ns_by_rank"] == {"1": 0}
-    assert cr.extra["arrival_agrees_with_least_wait_pct"] == 100.0
+    assert cr.detail is not None and cr.detail.clock_offset_ns_by_rank == {1: 0}
+    assert cr.detail is not None and cr.detail.arrival_agrees_with_least_wait_pct == 100.0
 
 
 def test_rank_matches_reads_one_ranks_figures_from_the_table() -> None:
@@ -94,9 +94,9 @@ def test_windows_starting_on_different_steps_match_by_step_number() -> None:
     assert cr.per_collective["transfer_ns"].tolist() == [70, 40]
     assert cr.wait_ns_by_rank == {0: 30, 1: 50}
     # clocks of two files without an epoch origin do not compare: straggler by least wait only
-    assert cr.extra["clock_comparable"] is False
+    assert cr.detail is not None and cr.detail.clock_comparable is False
     assert cr.per_collective["last_arrival_rank"].tolist() == [-1, -1]
-    assert cr.straggler_rank == 0 and cr.extra["straggler_by_arrival"] is None
+    assert cr.straggler_rank == 0 and cr.detail is not None and cr.detail.straggler_by_arrival is None
 
 
 def test_ordinal_offset_alignment_without_steps() -> None:
@@ -124,7 +124,7 @@ def test_one_file_two_ranks_share_a_clock() -> None:
     r0 = _device(0, [(0, 100, 1)], path="both")
     r1 = _device(1, [(60, 40, 1)], path="both")
     cr = analyze_cross_rank([_trace("both", None)], [r0, r1])
-    assert cr is not None and cr.extra["clock_comparable"] is True
+    assert cr is not None and cr.detail is not None and cr.detail.clock_comparable is True
     assert cr.straggler_rank == 1 and cr.per_collective["arrival_skew_ns"].tolist() == [60]
 
 
@@ -149,11 +149,11 @@ def test_real_prefill_serial_matches_every_step_collective(prefill_serial) -> No
     cr = prefill_serial.cross_rank
     assert cr is not None and cr.match_method == "step+ordinal"
     assert cr.collectives_matched == 48  # 3 ProfilerSteps × 8 layers × 2 all-reduces
-    assert cr.extra["steps_matched"] == 3 and cr.extra["clock_comparable"] is True
+    assert cr.detail is not None and cr.detail.steps_matched == 3 and cr.detail.clock_comparable is True
     # transfer ≈ the shortest rank's NCCL time: 16 all-reduces of 32 MiB at ~134 µs each
     assert 1_900_000 < cr.transfer_ns_per_step < 2_400_000
     assert set(cr.wait_ns_by_rank) == {0, 1}
-    busbw = cr.extra["busbw_gbps_median"]
+    busbw = cr.detail.busbw_gbps_median if cr.detail is not None else None
     assert busbw is not None and 150 < busbw < 450  # NVLink all-reduce, 2 ranks
 
 
@@ -179,7 +179,7 @@ def test_summarize_wires_cross_rank_and_what_if() -> None:
     cr = s.cross_rank
     assert cr is not None and cr.match_method == "step+ordinal" and cr.collectives_matched == 2
     assert cr.transfer_ns_per_step == 1_000 and cr.wait_ns_by_rank == {0: 2_000, 1: 0}
-    assert cr.straggler_rank == 1 and cr.extra["straggler_by_least_wait"] == 1
+    assert cr.straggler_rank == 1 and cr.detail is not None and cr.detail.straggler_by_least_wait == 1
     assert s.what_if.comm_free_step_saving_ns == 1_000 and s.what_if.basis == "gpu_transfer"
     assert s.to_json()["what_if"]["comm_free_step_saving_ns"] == 1_000
 

@@ -47,8 +47,8 @@ def _check_replicated(shared_data: Path, tmp: Path, n: int) -> None:
     assert cr.match_method == cr2.match_method
     assert cr.transfer_ns_per_step == cr2.transfer_ns_per_step
     assert cr.wait_ns_by_rank == {r: cr2.wait_ns_by_rank[r % 2] for r in range(n)}
-    assert cr.extra["wait_ns_per_step_by_rank"] == {str(r): cr2.extra["wait_ns_per_step_by_rank"][str(r % 2)]
-                                                    for r in range(n)}
+    assert cr.detail is not None and cr2.detail is not None
+    assert cr.detail.wait_ns_per_step_by_rank == {r: cr2.detail.wait_ns_per_step_by_rank[r % 2] for r in range(n)}
     assert many.what_if.comm_free_step_saving_ns == pair.what_if.comm_free_step_saving_ns is not None
     assert many.what_if.basis == pair.what_if.basis
     assert {r: v for r, v in many.what_if.to_json()["ranks"].items() if int(r) < 2} == pair.what_if.to_json()["ranks"]
@@ -73,7 +73,7 @@ def _check_tiny(tmp: Path, n: int) -> None:
     assert cr is not None and cr.collectives_matched == 1
     assert cr.wait_ns_by_rank == {r: (100 - r % 50 - 51) * 1000 for r in range(n)}
     assert cr.per_collective["transfer_ns"].tolist() == [51_000]
-    assert cr.extra["least_wait_counts"][str(49)] == 1
+    assert cr.detail is not None and cr.detail.least_wait_counts[49] == 1
     assert len(s.devices) == n
 
 

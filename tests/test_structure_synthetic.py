@@ -123,7 +123,7 @@ def test_rank_files_of_different_runs_are_not_matched():
     s = ta.summary([a0, a1, b1], findings=False)
     runs = s.extra["runs"]
     assert [r["files"] for r in runs] == [["a_rank0.json", "a_rank1.json"], ["b_rank1.json"]]
-    assert s.cross_rank is not None and s.cross_rank.extra["ranks"] == [0, 1]
+    assert s.cross_rank is not None and s.cross_rank.detail is not None and s.cross_rank.detail.ranks == [0, 1]
     assert any("b_rank1.json: not the same run" in w and "repeats rank 1" in w for w in s.warnings)
     # without the rank collision the profiled windows, 45 s apart, tell the runs apart
     b0 = replace(_rank_trace(0, base=10**18 + 45 * 10**9, world=2, path="b_rank0.json"))

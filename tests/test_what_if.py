@@ -350,7 +350,7 @@ def test_nsys_prefill_serial_agrees_with_the_kineto_truth(shared_data: Path) -> 
     kineto = shared_data / "h200" / "kineto"
     slowest, _ = truth_delta_ms(kineto, "prefill_serial")
     s = _summary([shared_data / "h200" / "nsys" / "tp2_prefill_serial.sqlite"])
-    assert s.cross_rank is not None and s.cross_rank.extra["clock_comparable"] is True
+    assert s.cross_rank is not None and s.cross_rank.detail is not None and s.cross_rank.detail.clock_comparable is True
     assert s.what_if.basis == "gpu_transfer"
     assert abs(s.what_if.comm_free_step_saving_ns / 1e6 / slowest - 1) <= 0.25
 

@@ -27,7 +27,7 @@ import pandas as pd
 from ..model.communication import bus_factors
 from ..model.trace import Trace, TraceHeader
 from .numeric.frames import array_of
-from .results import CrossRankSummary, DeviceSummary, rank_column
+from .results import CrossRankDetail, CrossRankSummary, DeviceSummary, rank_column
 
 NAMED_STEP_SOURCES = ("profiler_step", "nvtx")  # DeviceSummary.step_source values numbered alike on every rank
 MAX_OFFSET_SEARCH = 2048  # ordinal shifts tried when aligning ranks without step numbers
@@ -236,27 +236,27 @@ def _instance_metrics(wide: pd.DataFrame, ranks: list[int], comparable: bool) ->
     return out[order]
 
 
-def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> dict[str, object]:
+def _clock_evidence(per: pd.DataFrame, ranks: list[int]) -> tuple[float, dict[int, int]] | None:
     """How far the common clock can be trusted at this scale: the share of instances whose last arriver is also
     the rank that waited least, and each rank's apparent clock offset to the first rank, the median of
     ``(start_r - start_0) - (wait_0 - wait_r)`` (zero when start gaps are explained by waits)."""
     if not len(per):
-        return {}
+        return None
     ref = ranks[0]
 
     def of(name: str, rank: int) -> np.ndarray:
         return array_of(per, rank_column(name, rank), np.int64)
 
     clock0, wait0 = of("clock_ns", ref), of("wait_ns", ref)
-    offsets = {str(r): int(np.median((of("clock_ns", r) - clock0) - (wait0 - of("wait_ns", r)))) for r in ranks[1:]}
+    offsets = {r: int(np.median((of("clock_ns", r) - clock0) - (wait0 - of("wait_ns", r)))) for r in ranks[1:]}
     agree = float((per["last_arrival_rank"] == per["least_wait_rank"]).mean() * 100)
-    return {"arrival_agrees_with_least_wait_pct": round(agree, 1), "clock_offset_ns_by_rank": offsets}
+    return round(agree, 1), offsets
 
 
-def _counts(values: pd.Series, ranks: list[int]) -> dict[str, int]:
+def _counts(values: pd.Series, ranks: list[int]) -> dict[int, int]:
     """How often each rank appears in ``values`` (0 for absent ones), in ``ranks`` order."""
     counts = values.value_counts()
-    return {str(r): int(counts.get(r, 0)) for r in ranks}
+    return {r: int(counts.get(r, 0)) for r in ranks}
 
 
 def _mode(values: np.ndarray) -> int | None:
@@ -299,24 +299,26 @@ def analyze_cross_rank(traces: Sequence[Trace | TraceHeader], devices: list[Devi
     by_arrival = _mode(array_of(per, "last_arrival_rank")) if clocks is not None else None
     straggler = by_arrival if by_arrival is not None else by_wait
     sized = per["busbw_gbps"].notna()
-    extra = {
-        "ranks": ranks,
-        "wait_ns_per_step_by_rank": {str(r): v for r, v in wait_step.items()},
-        "transfer_ns_total": int(per["transfer_ns"].sum()),
-        "steps_matched": steps,
-        "straggler_by_arrival": by_arrival,
-        "straggler_by_least_wait": by_wait,
-        "least_wait_counts": _counts(per["least_wait_rank"], ranks),
-        "clock_comparable": clocks is not None,
-        "clock_note": "one trace file: one clock" if clocks is not None and len(clocks) == 1 else
+    evidence = _clock_evidence(per, ranks) if clocks is not None else None
+    detail = CrossRankDetail(
+        ranks=ranks,
+        wait_ns_per_step_by_rank=wait_step,
+        transfer_ns_total=int(per["transfer_ns"].sum()),
+        steps_matched=steps,
+        straggler_by_arrival=by_arrival,
+        straggler_by_least_wait=by_wait,
+        least_wait_counts=_counts(per["least_wait_rank"], ranks),
+        clock_comparable=clocks is not None,
+        clock_note="one trace file: one clock" if clocks is not None and len(clocks) == 1 else
         "Kineto baseTimeNanoseconds + ts (host clocks: skew between machines adds to arrival times)"
         if clocks is not None else "clocks not comparable: straggler by least wait only",
-        "arrival_skew_ns_median": int(per["arrival_skew_ns"].median()) if clocks is not None and len(per) else None,
-        "algbw_gbps_median": float(per.loc[sized, "algbw_gbps"].median()) if sized.any() else None,
-        "busbw_gbps_median": float(per.loc[sized, "busbw_gbps"].median()) if sized.any() else None,
-        "unmatched_by_rank": {str(d.rank): int(len(d.collectives) - len(per)) for d in parts},
-        **(_clock_evidence(per, ranks) if clocks is not None else {}),
-    }
+        arrival_skew_ns_median=int(per["arrival_skew_ns"].median()) if clocks is not None and len(per) else None,
+        algbw_gbps_median=float(per.loc[sized, "algbw_gbps"].median()) if sized.any() else None,
+        busbw_gbps_median=float(per.loc[sized, "busbw_gbps"].median()) if sized.any() else None,
+        unmatched_by_rank={d.rank: int(len(d.collectives) - len(per)) for d in parts},
+        arrival_agrees_with_least_wait_pct=evidence[0] if evidence else None,
+        clock_offset_ns_by_rank=evidence[1] if evidence else None,
+    )
     return CrossRankSummary(collectives_matched=len(per), wait_ns_by_rank=wait_total,
                             transfer_ns_per_step=transfer_step, straggler_rank=straggler, match_method=method,
-                            per_collective=per, extra=extra)
+                            per_collective=per, detail=detail)

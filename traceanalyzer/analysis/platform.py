@@ -263,7 +263,7 @@ def platform_facts(parts: list[TracePlatform], cross: CrossRankSummary | None = 
     ranks = {g["rank"] for g in gpus.values() if g["rank"] is not None}
     world = max(sizes) if sizes else (len(ranks) if ranks else None)
     comm = merge_paths(p.comm for p in parts)
-    busbw = cross.extra.get("busbw_gbps_median") if cross is not None else None
+    busbw = cross.detail.busbw_gbps_median if cross is not None and cross.detail is not None else None
     sized = any(len(d.collectives) and "bytes" in d.collectives and (d.collectives["bytes"] > 0).any()
                 for d in devices or [])
     link, link_evidence = _interconnect(model, parts, comm, busbw, len(gpus) > 1 or (world or 1) > 1)

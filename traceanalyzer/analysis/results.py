@@ -206,6 +206,45 @@ class RunCompleteness:
         return {"partial": self.partial, "ranks_missing": self.ranks_missing, "world_size": self.world_size}
 
 
+@dataclass(frozen=True)
+class CrossRankDetail:
+    """The cross-rank match's figures beyond the headline (JSON: the keys after ``match_method``, in this order;
+    the clock evidence only where the ranks' clocks are comparable)."""
+
+    ranks: list[int]  # the matched ranks, in match order
+    wait_ns_per_step_by_rank: dict[int, int]  # median over steps of each rank's summed wait
+    transfer_ns_total: int
+    steps_matched: int
+    straggler_by_arrival: int | None  # the rank arriving last most often (comparable clocks only)
+    straggler_by_least_wait: int | None  # the rank that waited least (per-step medians, else the whole window)
+    least_wait_counts: dict[int, int]  # instances in which each rank waited least
+    clock_comparable: bool
+    clock_note: str
+    arrival_skew_ns_median: int | None
+    algbw_gbps_median: float | None
+    busbw_gbps_median: float | None
+    unmatched_by_rank: dict[int, int]  # each rank's collectives left out of the match
+    arrival_agrees_with_least_wait_pct: float | None = None  # clock evidence: last arriver = least waiter
+    clock_offset_ns_by_rank: dict[int, int] | None = None  # clock evidence: apparent offset to the first rank
+
+    def to_json(self) -> dict[str, Any]:
+        def keyed(values: dict[int, int]) -> dict[str, int]:
+            return {str(k): v for k, v in values.items()}
+
+        out: dict[str, Any] = {
+            "ranks": self.ranks, "wait_ns_per_step_by_rank": keyed(self.wait_ns_per_step_by_rank),
+            "transfer_ns_total": self.transfer_ns_total, "steps_matched": self.steps_matched,
+            "straggler_by_arrival": self.straggler_by_arrival, "straggler_by_least_wait": self.straggler_by_least_wait,
+            "least_wait_counts": keyed(self.least_wait_counts), "clock_comparable": self.clock_comparable,
+            "clock_note": self.clock_note, "arrival_skew_ns_median": self.arrival_skew_ns_median,
+            "algbw_gbps_median": self.algbw_gbps_median, "busbw_gbps_median": self.busbw_gbps_median,
+            "unmatched_by_rank": keyed(self.unmatched_by_rank)}
+        if self.clock_offset_ns_by_rank is not None:
+            out["arrival_agrees_with_least_wait_pct"] = self.arrival_agrees_with_least_wait_pct
+            out["clock_offset_ns_by_rank"] = keyed(self.clock_offset_ns_by_rank)
+        return out
+
+
 @dataclass
 class CrossRankSummary:
     """Matched collective instances across ranks: transfer (shortest rank) vs wait/skew.
@@ -220,7 +259,7 @@ class CrossRankSummary:
     straggler_rank: int | None
     match_method: str = ""
     per_collective: pd.DataFrame = field(default_factory=_empty_df)
-    extra: dict[str, Any] = field(default_factory=dict)
+    detail: CrossRankDetail | None = None  # None only for a summary built by hand (tests)
     # set by the reduce once the runs are known (JSON ``partial``, ``ranks_missing``, ``world_size``)
     completeness: RunCompleteness | None = None
 
@@ -228,7 +267,7 @@ class CrossRankSummary:
         return {"collectives_matched": self.collectives_matched,
                 "wait_ns_by_rank": {str(k): v for k, v in self.wait_ns_by_rank.items()},
                 "transfer_ns_per_step": self.transfer_ns_per_step, "straggler_rank": self.straggler_rank,
-                "match_method": self.match_method, **self.extra,
+                "match_method": self.match_method, **(self.detail.to_json() if self.detail is not None else {}),
                 **(self.completeness.to_json() if self.completeness is not None else {})}
 
     @property

@@ -26,8 +26,8 @@ def slow_rank(ctx: FindingContext) -> list[Finding]:
     if not classes or not ctx.worth_reporting(dev, extra):
         return []
     pct = ctx.pct_of_step(dev, extra)
-    waits = cr.extra.get("wait_ns_per_step_by_rank", {})
-    others = [int(v) for r, v in waits.items() if str(r) != str(straggler)]
+    waits = cr.detail.wait_ns_per_step_by_rank if cr.detail is not None else {}
+    others = [v for r, v in waits.items() if r != straggler]
     wait = sorted(others)[len(others) // 2] if others else None
     parts = [f"{c.label} kernels +{c.pct:.0f}% ({fmt_ns(c.straggler_median_ns)} vs "
              f"{fmt_ns(c.others_median_ns)}), +{ms(c.extra_ns_per_step)}/step" for c in classes[:3]]
@@ -45,8 +45,8 @@ def slow_rank(ctx: FindingContext) -> list[Finding]:
                       "point": "the slow rank's extra kernel time per step",
                       "low": "the others' median wait for it (what the step loses to it, at most the extra)",
                       "high": "the extra kernel time"}, "low"),
-                  "straggler_by_arrival": cr.extra.get("straggler_by_arrival"),
-                  "straggler_by_least_wait": cr.extra.get("straggler_by_least_wait"),
+                  "straggler_by_arrival": cr.detail.straggler_by_arrival if cr.detail is not None else None,
+                  "straggler_by_least_wait": cr.detail.straggler_by_least_wait if cr.detail is not None else None,
                   "basis": "kernels inside steps matched by name and class across ranks; extra = the slow rank's "
                            "time per step minus the other ranks' median (docs/FINDINGS.md)"},
     )]

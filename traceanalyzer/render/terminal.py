@@ -288,9 +288,9 @@ def _findings_table(summary: Summary) -> Table:
 
 
 def _cross_rank_lines(cr: CrossRankSummary) -> list[str]:
-    per_step = cr.extra.get("wait_ns_per_step_by_rank") or {}
+    per_step = cr.detail.wait_ns_per_step_by_rank if cr.detail is not None else {}
     if per_step:
-        waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(per_step.items(), key=lambda kv: int(kv[0])))
+        waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(per_step.items()))
         wait_line = f"wait per step (median): {waits}"
     else:
         waits = ", ".join(f"rank {r}: {fmt_ns(ns)}" for r, ns in sorted(cr.wait_ns_by_rank.items()))
