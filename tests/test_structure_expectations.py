@@ -83,16 +83,16 @@ def device_layer_source(device: Any) -> str | None:
 def tool_runs(summary: Any, files: list[Path]) -> list[list[int]]:
     """The tool's partition of the input files into runs (indices into ``files``).
 
-    Read from ``summary.runs`` or ``summary.extra["runs"]`` (lists of trace paths) when the tool reports runs; a tool
-    without run identity analyses everything it was given as one job.
+    Read from ``summary.runs`` (objects with ``paths``, dicts with ``paths``, or lists of trace paths) when the tool
+    reports runs; a tool without run identity analyses everything it was given as one job.
     """
-    runs = getattr(summary, "runs", None) or summary.extra.get("runs")
+    runs = getattr(summary, "runs", None)
     index = {str(f): i for i, f in enumerate(files)}
     if not runs:
         return [sorted(index.values())]
     out = []
     for run in runs:
-        paths = run.get("paths", run) if isinstance(run, dict) else run
+        paths = run.get("paths", run) if isinstance(run, dict) else getattr(run, "paths", run)
         out.append(sorted(index[str(p)] for p in paths))
     return out
 
@@ -100,8 +100,6 @@ def tool_runs(summary: Any, files: list[Path]) -> list[list[int]]:
 def tool_ranks_missing(summary: Any) -> int | None:
     """Ranks of the stated world size the tool says are missing (0 when it says none are); None if it cannot say."""
     value = getattr(summary, "ranks_missing", None)
-    if value is None:
-        value = summary.extra.get("ranks_missing")
     if value is None:
         for warning in summary.warnings:
             m = re.search(r"(\d+) (?:of \d+ )?ranks? (?:are |is )?missing", str(warning))

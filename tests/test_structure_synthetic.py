@@ -121,20 +121,20 @@ def test_rank_files_of_different_runs_are_not_matched():
     a1 = _rank_trace(1, base=10**18, world=2, path="a_rank1.json")
     b1 = _rank_trace(1, base=10**18 + 45 * 10**9, world=2, path="b_rank1.json")
     s = ta.summary([a0, a1, b1], findings=False)
-    runs = s.extra["runs"]
-    assert [r["files"] for r in runs] == [["a_rank0.json", "a_rank1.json"], ["b_rank1.json"]]
+    runs = s.runs
+    assert runs is not None and [r.paths for r in runs] == [["a_rank0.json", "a_rank1.json"], ["b_rank1.json"]]
     assert s.cross_rank is not None and s.cross_rank.detail is not None and s.cross_rank.detail.ranks == [0, 1]
     assert any("b_rank1.json: not the same run" in w and "repeats rank 1" in w for w in s.warnings)
     # without the rank collision the profiled windows, 45 s apart, tell the runs apart
     b0 = replace(_rank_trace(0, base=10**18 + 45 * 10**9, world=2, path="b_rank0.json"))
     s = ta.summary([a1, b0], findings=False)
-    assert len(s.extra["runs"]) == 2 and s.cross_rank is None
+    assert s.runs is not None and len(s.runs) == 2 and s.cross_rank is None
     assert any("45.0 s apart on the common clock" in w for w in s.warnings)
 
 
 def test_missing_ranks_make_cross_rank_results_partial():
     s = ta.summary([_rank_trace(r, base=10**18, world=8, path=f"r{r}.json") for r in (0, 1)], findings=False)
-    assert s.extra["runs"][0]["ranks_missing"] == 6 and s.extra["ranks_missing"] == 6
+    assert s.runs is not None and s.runs[0].ranks_missing == 6 and s.ranks_missing == 6
     assert s.cross_rank is not None and s.cross_rank.completeness is not None
     assert s.cross_rank.completeness.partial and s.cross_rank.completeness.world_size == 8
     cross = s.to_json()["cross_rank"]
@@ -149,4 +149,4 @@ def test_world_size_and_collective_mix_split_runs(world_b: int):
     a0 = _rank_trace(0, base=10**18, world=2, path="a0.json")
     b1 = _rank_trace(1, base=10**18, world=world_b, path="b1.json")
     s = ta.summary([a0, b1], findings=False)
-    assert len(s.extra["runs"]) == (2 if world_b != 2 else 1)
+    assert s.runs is not None and len(s.runs) == (2 if world_b != 2 else 1)

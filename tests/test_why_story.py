@@ -115,7 +115,8 @@ def test_slow_rank_gets_a_cause(summaries: dict[str, ta.Summary]) -> None:
 
 def test_shared_time_is_not_added(summaries: dict[str, ta.Summary]) -> None:
     s = summaries["story"]
-    combined = s.extra["findings_combined"]
+    combined = s.findings_combined
+    assert combined is not None
     timed = [f for f in s.findings if f.impact_ns_per_step is not None]
     assert combined["sum_of_impacts_ns"] == sum(f.impact_ns_per_step or 0 for f in timed)
     exposed = finding(s, "exposed_communication").impact_ns_per_step

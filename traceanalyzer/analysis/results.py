@@ -17,6 +17,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from .device import DeviceKey, DeviceState
     from .moe import DeviceMoe, MoeSummary
+    from .runs import Run
 
 JSON_SCHEMA_VERSION = "1.0"
 
@@ -482,7 +483,11 @@ class Summary:
     gpu_metrics: pd.DataFrame | None = None  # per device/metric (and bucket) aggregates
     power: dict[str, Any] | None = None  # nvidia-smi log aligned with the trace
     warnings: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # the jobs among the inputs (analysis.runs; the first is the one cross-rank results use); None in a Summary
+    # made by hand (no JSON ``runs`` / ``ranks_missing``)
+    runs: list[Run] | None = None
+    # the union bound of the findings' time impacts (findings.overlap.mark_shared_time); None without timed findings
+    findings_combined: dict[str, Any] | None = None
     platform: Any = None  # analysis.platform.PlatformFacts: GPU model, architecture, link, communication paths
     source: SummarySource | None = field(default=None, repr=False)  # None in hand-built summaries (tests)
     # each device's working state (analysis.device.DeviceState) by (trace path, rank, device), as the map step left
@@ -520,8 +525,17 @@ class Summary:
             out["platform"] = self.platform.to_json()
         if self.moe is not None:
             out["moe"] = self.moe.to_json()
-        out.update(self.extra)
+        if self.runs is not None:
+            out["runs"] = [r.to_json() for r in self.runs]
+            out["ranks_missing"] = self.ranks_missing
+        if self.findings_combined is not None:
+            out["findings_combined"] = self.findings_combined
         return out
+
+    @property
+    def ranks_missing(self) -> int | None:
+        """Ranks of the stated world sizes that no input holds, over every run; None without run identity."""
+        return sum(r.ranks_missing for r in self.runs) if self.runs is not None else None
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -90,9 +90,8 @@ def run_findings(traces: list[Trace], summary: Summary, options: Any = None,
         found.extend(known_causes(ctx, found))  # reads the findings above; may replace their advice
     from .overlap import mark_shared_time
 
-    combined = mark_shared_time(summary, found)  # each finding's shares_time_with, the union bound
-    if combined is not None:
-        summary.extra["findings_combined"] = combined
+    # each finding's shares_time_with, and the union bound
+    summary.findings_combined = mark_shared_time(summary, found)
     return sorted(found, key=lambda f: (f.impact_ns_per_step is None, -(f.impact_ns_per_step or 0), f.id))
 
 

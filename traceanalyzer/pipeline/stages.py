@@ -158,9 +158,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     warnings += run_warnings(runs)
     frames = [p.gpu_metrics for p in parts if p.gpu_metrics is not None]
     result = Summary(traces=[p.meta for p in parts], devices=devices, cross_rank=cross, what_if=what_if,
-                     warnings=warnings, gpu_metrics=_concat(frames), states=work.states,
-                     extra={"runs": [r.to_json() for r in runs],
-                            "ranks_missing": sum(r.ranks_missing for r in runs)})
+                     warnings=warnings, gpu_metrics=_concat(frames), states=work.states, runs=list(runs))
     result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
     result.moe = moe_summary([d.moe for d in devices if d.moe is not None], {d.rank for d in run_devices})
     if options.gpu_log is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, SupportsFloat
 
 from ..classify.demangle import display_name as display_name  # re-exported: renderers format names from here
@@ -118,13 +119,14 @@ def outside_steps_text(d: Any) -> str:
 
 def runs_lines(summary: Any) -> list[str]:
     """One line per run when the inputs are not exactly one whole run (several runs, or ranks missing)."""
-    runs = summary.extra.get("runs") or []
-    if len(runs) <= 1 and not any(r.get("partial") for r in runs):
+    runs = summary.runs or []
+    if len(runs) <= 1 and not any(r.ranks_missing for r in runs):
         return []
     lines = [f"{len(runs)} run(s) among the inputs; cross-rank results use run 1 only:" if len(runs) > 1
              else "The inputs are part of a larger job:"]
     for i, r in enumerate(runs, 1):
-        missing = f" — {r['ranks_missing']} of {r['world_size']} ranks missing" if r.get("partial") else ""
-        files = ", ".join(r["files"][:4]) + (" …" if len(r["files"]) > 4 else "")
-        lines.append(f"  run {i}: ranks {', '.join(map(str, r['ranks'][:8]))}{missing} ({files})")
+        missing = f" — {r.ranks_missing} of {r.world_size} ranks missing" if r.ranks_missing else ""
+        names = [Path(p).name for p in r.paths]
+        files = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
+        lines.append(f"  run {i}: ranks {', '.join(map(str, r.ranks[:8]))}{missing} ({files})")
     return lines

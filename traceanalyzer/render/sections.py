@@ -487,10 +487,10 @@ def method_notes(summary: Summary) -> dict[str, Any]:
     warnings = list(summary.warnings)
     for t in summary.traces:
         warnings += [f"{Path(t.path).name}: {w}" for w in t.warnings]
-    precedence = summary.extra.get("exclusive_precedence") or next(
+    precedence = next(
         (d.figures.exclusive_precedence for d in summary.devices
          if d.figures is not None and d.figures.exclusive_precedence), None)
-    excluded = [str(e) for e in summary.extra.get("excluded") or []] + _outside_steps(summary)
+    excluded = _outside_steps(summary)
     return {"definitions": DEFINITIONS, "sources": sources,
             "precedence": " > ".join(map(str, precedence)) if precedence else None,
             "excluded": excluded, "warnings": list(dict.fromkeys(warnings)),
@@ -554,7 +554,7 @@ def cause_rows(summary: Summary) -> list[dict[str, Any]]:
 
 def combined_line(summary: Summary) -> str | None:
     """"Together at most X ms/step" from the findings' shared time, never their sum."""
-    c = summary.extra.get("findings_combined")
+    c = summary.findings_combined
     if not c:
         return None
     shared = [g for g in c["groups"] if len(g["findings"]) > 1 and g["at_most_ns_per_step"] < g["sum_of_impacts_ns"]]

@@ -141,10 +141,10 @@ def _world_size(summary: Summary) -> int:
     """The job's world size: the primary run's (``analysis.runs``), else the largest one a trace declares (Kineto
     ``distributedInfo``, nsys processes), else the number of ranks loaded (one rank file of an 8-rank job is still
     an 8-rank job)."""
-    runs = summary.extra.get("runs") or []
+    runs = summary.runs or []
     declared = [s.activity.trace.world_size for s in summary.states.values() if s.activity.trace.world_size]
     ranks = {r for t in summary.traces for r in t.ranks}
-    primary = runs[0].get("world_size") if runs else None
+    primary = runs[0].world_size if runs else None
     return int(primary) if primary else max([*declared, len(ranks)])
 
 
@@ -239,7 +239,7 @@ def _comparability(before: DiffSide, after: DiffSide, overlap: float | None) -> 
         elif side.step_source == "none":
             reasons.append(f"no steps detected in the {name} run: its whole trace counts as one step")
     for side, name in ((before, "before"), (after, "after")):
-        runs = side.summary.extra.get("runs") or []
+        runs = side.summary.runs or []
         if len(runs) > 1:
             reasons.append(f"the {name} side holds {len(runs)} different runs (run identity: analysis/runs.py)")
     if before.world_size != after.world_size:
