@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.cli import main
+from traceanalyzer.model.trace import RowChecks
 from traceanalyzer.testing.hostile import KINETO_MUTATIONS, NSYS_MUTATIONS, mutate_kineto, mutate_nsys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -379,7 +380,7 @@ def test_dropped_rows_change_the_numbers_only_by_what_was_dropped(capsys: pytest
     good = ta.load(NSYS_FILE, classify=False)
     bad = ta.load(mutate_nsys(NSYS_FILE, tmp_path, "kernel_end_int64_max"), classify=False)
     assert len(bad.kernels) == len(good.kernels) - 1
-    assert bad.capabilities["dropped_rows"] == {"kernels": {"end_before_start": 0, "beyond_capture": 1}}
+    assert bad.dropped_rows == {"kernels": RowChecks(end_before_start=0, beyond_capture=1)}
     assert int(bad.kernels["end_ns"].max()) == int(good.kernels["end_ns"][good.kernels["end_ns"] < 2**62].max())
 
 

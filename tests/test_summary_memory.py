@@ -116,7 +116,7 @@ def test_api_starts_released_after_the_map_step_with_the_same_answer() -> None:
     released = _summarize(owned, SummaryOptions(), {}, own=True).summary
     for name in MAP_ONLY_TABLES:
         assert len(owned[0].tables[name]) == 0
-    assert owned[0].capabilities["api_starts_released"] == "all"
+    assert owned[0].call_starts_released == "all"
     assert json.dumps(released.to_json(), sort_keys=True, default=str) == kept
     assert all(released.states[device_key(d)].host_events is not None for d in released.devices)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..model.errors import BadInputError, CorruptFileError, FileChangedError, UnknownFormatError
 from ..model.schema import NARROW_IDS, NARROW_SMALL, TABLES, fits_int16, fits_int32
-from ..model.trace import StringPool, Table, Trace
+from ..model.trace import ApiCallsSubset, StringPool, Table, Trace
 from .detect import API_SUBSET, NSYS, ProgressFn, open_regular
 from .limits import Window, check_memory, nsys_estimate, window_views
 from .nsys_api import read_needed_api_calls
@@ -161,13 +161,13 @@ def raw_counts(conn: sqlite3.Connection, schema: Schema, types: dict[str, int]) 
 
 
 def _read_tables(ctx: ReadContext, want: frozenset[str], types: dict[str, int]
-                 ) -> tuple[dict[str, _Columns], dict[str, int]]:
+                 ) -> tuple[dict[str, _Columns], ApiCallsSubset | None]:
     """The tables asked for, and (reading only the API rows a summary needs) the counts of API rows left out as
     impossible (:func:`~.nsys_api.read_needed_api_calls`)."""
     # a summary's load (API_SUBSET) leaves out the kernels' short names: the name read is the demangled one,
     # else the short one, and nothing after classification reads the short one
     cols: dict[str, _Columns] = {"kernels": _narrowed(read_kernels(ctx, short_names=API_SUBSET not in want))}
-    checked: dict[str, int] = {}
+    checked: ApiCallsSubset | None = None
     if "memops" in want:
         cols["memops"] = _narrowed(read_memops(ctx))
     if want & {"ranges", "collectives"}:
@@ -320,13 +320,11 @@ def _load(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, wan
         "has_runtime": bool(schema.cols(RUNTIME)), "has_gpu_info": catalog.present, "rank_source": ranks.source,
         "tables_read": sorted(want | {"kernels"}),
     }
-    if api_checked:
-        caps["api_calls_subset"] = api_checked
     return Trace(
         path=str(path), format=NSYS, strings=pool, tables=_with_ranks(cols, ranks),
         devices=device_infos(catalog, pairs, ranks), tool_version=tool_version, schema_version=schema_version,
         base_time_ns=session_start_utc_ns(conn, schema), world_size=ranks.world_size,
-        raw_counts=counts, capabilities=caps,
+        raw_counts=counts, capabilities=caps, api_calls_subset=api_checked,
         warnings=_warnings(counts, caps, ranks, catalog.present) + [
             f"MPI_RANKS labels process {pid} as ranks {', '.join(map(str, r))}: using rank {r[0]}"
             for pid, r in sorted(rank_conflicts.items())],

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..model.api_names import ISSUE_OP, SELECTED_API_NAMES
 from ..model.call_starts import start_blocks
-from ..model.trace import StringPool
+from ..model.trace import ApiCallsSubset, StringPool
 from .nsys_sql import sorted_by_start, table_chunks
 from .nsys_tables import RUNTIME, ReadContext, int_expr, read_api_calls, strip_api_version
 from .sanity import capture_bounds
@@ -36,18 +36,18 @@ _Columns = dict[str, np.ndarray]
 
 
 def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
-                          ) -> tuple[_Columns, _Columns, _Columns, dict[str, int]]:
+                          ) -> tuple[_Columns, _Columns, _Columns, ApiCallsSubset | None]:
     """(``api_calls`` of the rows a summary reads; ``api_starts`` and ``api_start_blocks``, every call's start
     (:mod:`~traceanalyzer.model.call_starts`; blocks by ``pid``); counts of the rows left out as impossible plus
     ``rows``, the calls read). ``cols``: the tables already read (kernels, memops, ranges). Without GPU activity
-    to bound the capture, every row is read (no starts, ``{}``)."""
+    to bound the capture, every row is read (no starts, None)."""
     table_cols = ctx.schema.cols(RUNTIME)
     if not table_cols:
-        return {}, {}, {}, {}
+        return {}, {}, {}, None
     bounds = capture_bounds([cols[t]["start_ns"] for t in ("kernels", "memops") if cols.get(t)])
     issue = _IssueRanges.of(ctx.pool, cols.get("ranges") or {}, bounds) if bounds is not None else None
     if bounds is None or issue is None:
-        return read_api_calls(ctx), {}, {}, {}
+        return read_api_calls(ctx), {}, {}, None
     lo, hi, _ = bounds
     is_launch = _Launches(np.concatenate([cols[t]["correlation"] for t in ("kernels", "memops") if cols.get(t)]),
                           ctx.counts.get(RUNTIME, 0))
@@ -100,7 +100,7 @@ def read_needed_api_calls(ctx: ReadContext, cols: dict[str, _Columns]
     del api["row"]
     (api["name_id"],) = ctx.ids([api.pop("name_sid")], transform=strip_api_version)
     starts = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]} if blocks else {}
-    checked = {"rows": row, "end_before_start": negative, "beyond_capture": beyond}
+    checked = ApiCallsSubset(rows=int(row), end_before_start=int(negative), beyond_capture=int(beyond))
     return sorted_by_start(api), offsets.columns(), starts, checked
 
 

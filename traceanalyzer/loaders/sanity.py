@@ -13,7 +13,7 @@ Run by :func:`traceanalyzer.loaders.load_one` on each loaded Trace (vectorized n
   so communication and the compute buckets are unknown for them.
 
 Each reason becomes one line in ``Trace.warnings`` (so in ``info``, the summary JSON ``warnings``, the terminal
-and the report) and the counts are in ``capabilities["dropped_rows"]``; ``raw_counts`` stay what the file holds.
+and the report) and the counts are in ``Trace.dropped_rows``; ``raw_counts`` stay what the file holds.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..model.trace import Table, Trace
+from ..model.trace import RowChecks, Table, Trace
 
 TIMED_TABLES = ("kernels", "memops", "ranges", "api_calls", "graph_launches", "collectives")
 MIN_SLACK_NS = 86_400 * 10**9  # one day
@@ -55,15 +55,15 @@ def drop_impossible(trace: Trace) -> Trace:
     """``trace`` without the rows that cannot be true, with one warning per reason (see the module docstring)."""
     window = capture_window(trace)
     tables = dict(trace.tables)
-    dropped: dict[str, dict[str, int]] = {}
+    dropped: dict[str, RowChecks] = {}
     totals = {name: len(t) for name, t in trace.tables.items()}
-    subset = trace.capabilities.get("api_calls_subset")  # API rows read in part, checked in SQL (loaders.nsys_api)
+    subset = trace.api_calls_subset  # API rows read in part, checked in SQL (loaders.nsys_api)
     for name in TIMED_TABLES:
         table = tables[name]
-        if name == "api_calls" and subset:
-            totals[name] = subset["rows"]
-            if subset["end_before_start"] or subset["beyond_capture"]:
-                dropped[name] = {k: subset[k] for k in ("end_before_start", "beyond_capture")}
+        if name == "api_calls" and subset is not None:
+            totals[name] = subset.rows
+            if subset.end_before_start or subset.beyond_capture:
+                dropped[name] = RowChecks(subset.end_before_start, subset.beyond_capture)
             continue
         if not len(table):
             continue
@@ -77,36 +77,36 @@ def drop_impossible(trace: Trace) -> Trace:
         bad = negative | beyond
         if bad.any():
             tables[name] = table.take(~bad)
-            dropped[name] = {"end_before_start": int(negative.sum()), "beyond_capture": int(beyond.sum())}
+            dropped[name] = RowChecks(int(negative.sum()), int(beyond.sum()))
     metrics = tables["gpu_metrics"]
     if window is not None and len(metrics):
         t = metrics["timestamp_ns"]
         beyond = (t < window[0]) | (t > window[1])
         if beyond.any():
             tables["gpu_metrics"] = metrics.take(~beyond)
-            dropped["gpu_metrics"] = {"end_before_start": 0, "beyond_capture": int(beyond.sum())}
+            dropped["gpu_metrics"] = RowChecks(0, int(beyond.sum()))
     warnings = _dropped_warnings(dropped, totals, window)
     warnings += _unnamed_warning(tables["kernels"])
     if not warnings:
         return trace
-    capabilities = {**trace.capabilities, "dropped_rows": dropped}
-    return replace(trace, tables=tables, warnings=[*trace.warnings, *warnings], capabilities=capabilities)
+    return replace(trace, tables=tables, warnings=[*trace.warnings, *warnings], dropped_rows=dropped)
 
 
-def _dropped_warnings(dropped: dict[str, dict[str, int]], totals: dict[str, int],
+def _dropped_warnings(dropped: dict[str, RowChecks], totals: dict[str, int],
                       window: tuple[int, int, int] | None) -> list[str]:
     out = []
     for name, counts in dropped.items():
         total = totals[name]
         parts = []
-        if counts["end_before_start"]:
-            parts.append(f"{counts['end_before_start']:,} ending before they start")
-        if counts["beyond_capture"] and window is not None:
+        if counts.end_before_start:
+            parts.append(f"{counts.end_before_start:,} ending before they start")
+        if counts.beyond_capture and window is not None:
             days = window[2] / 86_400e9
-            parts.append(f"{counts['beyond_capture']:,} beyond the capture (more than {days:.3g} day"
+            parts.append(f"{counts.beyond_capture:,} beyond the capture (more than {days:.3g} day"
                          f"{'s' if days != 1 else ''} from the bulk of the trace's activity)")
         what = "GPU metric samples" if name == "gpu_metrics" else f"{name} rows"
-        out.append(f"dropped {sum(counts.values()):,} of {total:,} {what} that cannot be true: "
+        out.append(f"dropped {counts.end_before_start + counts.beyond_capture:,} of {total:,} {what} that cannot "
+                   "be true: "
                    + "; ".join(parts))
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -199,11 +199,32 @@ class TraceHeader:
     world_size: int | None = None
 
 
+@dataclass(frozen=True)
+class RowChecks:
+    """Rows of one table that cannot be true (``loaders.sanity``): ending before they start, or outside the
+    capture window."""
+
+    end_before_start: int
+    beyond_capture: int
+
+
+@dataclass(frozen=True)
+class ApiCallsSubset:
+    """An nsys export's runtime API table read in part (``loaders.nsys_api``): ``rows`` calls in the file, every
+    one counted and checked in SQL; the calls a summary reads are kept, every call's start in ``api_starts``."""
+
+    rows: int
+    end_before_start: int
+    beyond_capture: int
+
+
 @dataclass
 class Trace:
     """One trace file, normalized. Times are integer ns on the trace's own clock.
 
     ``base_time_ns`` converts that clock to UTC epoch ns (``utc = t + base_time_ns``) when the trace says so.
+    ``capabilities`` holds what the file's format offered (tables present, clock conversion, rank source: facts
+    of the file, per format); the typed fields after it are what loading and the map step did to the tables.
     """
 
     path: str
@@ -218,6 +239,10 @@ class Trace:
     raw_counts: dict[str, int] = field(default_factory=dict)
     capabilities: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    api_calls_subset: ApiCallsSubset | None = None  # nsys: the API table read in part (None: read whole)
+    dropped_rows: dict[str, RowChecks] = field(default_factory=dict)  # per table, rows left out (loaders.sanity)
+    # the ranks whose API call starts (model.call_starts) were let go after their device's analysis, or "all"
+    call_starts_released: tuple[int, ...] | Literal["all"] = ()
 
     def __post_init__(self) -> None:
         for name in TABLES:

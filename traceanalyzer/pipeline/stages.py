@@ -84,17 +84,16 @@ def _release_starts(trace: Trace, rank: int | None) -> None:
 
     if not any(len(trace.tables[name]) for name in MAP_ONLY_TABLES if name in trace.tables):
         return
-    released = trace.capabilities.setdefault("api_starts_released", [])  # the ranks let go, or "all"
     if rank is None:
         for name in MAP_ONLY_TABLES:
             trace.tables[name] = Table.empty(name)
-        trace.capabilities["api_starts_released"] = "all"
+        trace.call_starts_released = "all"
     else:
         blocks, offsets = without_rank(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], rank)
         trace.tables["api_start_blocks"] = Table("api_start_blocks", blocks)
         trace.tables["api_starts"] = Table("api_starts", {"offset_ns": offsets})
-        if isinstance(released, list):
-            released.append(int(rank))
+        if trace.call_starts_released != "all":
+            trace.call_starts_released = (*trace.call_starts_released, int(rank))
 
 
 class TraceWork(Protocol):

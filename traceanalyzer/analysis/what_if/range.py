@@ -78,7 +78,7 @@ def host_event_counts(trace: Trace, rank: int, per: pd.DataFrame) -> tuple[np.nd
     """Per step of a device's ``per_step`` table (its ids, and a count each): the rank's host events a profiler
     records — Kineto ``cpu_op`` ranges and CUDA API calls — starting in the step window. Computed with the device's
     analysis (``DeviceState.host_events``): an nsys export's call starts are not kept past it."""
-    released = trace.capabilities.get("api_starts_released", [])
+    released = trace.call_starts_released
     if released == "all" or rank in released:
         raise ValueError(f"{trace.path}: rank {rank}'s API call starts were let go after its analysis")
     if not len(per) or not {"step", "start_ns", "end_ns"} <= set(per.columns):
@@ -87,7 +87,7 @@ def host_event_counts(trace: Trace, rank: int, per: pd.DataFrame) -> tuple[np.nd
     r = trace.ranges
     cpu_op = trace.strings.get("cpu_op")
     starts = []
-    if trace.capabilities.get("api_calls_subset"):
+    if trace.api_calls_subset is not None:
         # an nsys export read for a summary keeps every call's start apart from the few calls analyses read
         counts = counts_between(trace.tables["api_start_blocks"], trace.api_starts["offset_ns"], rank, ws, we)
     else:
