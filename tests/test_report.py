@@ -18,8 +18,8 @@ from traceanalyzer.render import html as ta_html
 from traceanalyzer.render import timeline
 from traceanalyzer.render.html import json_for_script, render_html
 
-SECTIONS = ["inputs", "headline", "breakdown", "timeline", "exposed", "gaps", "crossrank", "kernels", "metrics",
-            "method"]
+SECTIONS = ["inputs", "headline", "breakdown", "timeline", "exposed", "gaps", "crossrank", "critical", "kernels",
+            "metrics", "method"]
 JSON_BLOCK = re.compile(r'<script type="application/json" id="([^"]+)">(.*?)</script>', re.S)
 SCRIPT = re.compile(r"<script([^>]*)>(.*?)</script>", re.S)
 
@@ -202,6 +202,42 @@ def test_report_of_kineto_rank_pair(tmp_path: Path) -> None:
     assert [p.name for p in written.parent.iterdir()] == ["pair.html"]
 
 
+def test_report_shows_the_critical_path_of_the_median_step(tmp_path: Path) -> None:
+    """The report's critical-path section is ``whatif``'s: the same median step, limiter and splits (which add
+    up to the step), drawn with few rectangles."""
+    import traceanalyzer as ta
+    from traceanalyzer.commands.report import report
+    from traceanalyzer.render.whatif import median_path
+
+    written, _ = report([_need(KINETO_PAIR)], output=tmp_path / "pair.html")
+    page = written.read_text(encoding="utf-8")
+    section = page[page.index('<section id="critical">'):page.index('<section id="kernels">')]
+    path = median_path(ta.whatif(str(KINETO_PAIR)))
+    assert path is not None and sum(path.by_category.values()) == path.step_ns
+    assert f"Median step: rank {path.rank}, step {path.step}," in section
+    assert f"What limits it: {html.escape(path.limiter())}." in section
+    assert "No-change replay: every traced step within 0.00 %" in section
+    for title in ("By kind", "By bucket", "By rank", "By edge"):
+        assert f"<h3>{title}</h3>" in section
+    assert 0 < section.count("<rect") <= 2 * 1100 and section.count("<rect") <= len(path.segments)
+
+
+def test_critical_path_drawing_is_bounded_by_pixels_not_stretches() -> None:
+    from traceanalyzer.analysis.what_if.replay import PathSegment
+    from traceanalyzer.analysis.what_if.simulate import StepPath
+    from traceanalyzer.render.whatif import _path_rects
+
+    kinds = [("compute", "gemm"), ("launch", "idle"), ("compute", "attention"), ("host_gap", "host")]
+    segments = [PathSegment(i * 10, i * 10 + 10, *kinds[i % 4], rank=i // 50_000, edge="node", node=i)
+                for i in range(100_000)]
+    path = StepPath(rank=0, step=0, ordinal=0, step_ns=1_000_000, by_category={}, by_bucket={}, by_rank={},
+                    by_edge={}, segments=segments)
+    rects = _path_rects(path, 0, 1010 / 1_000_000)
+    assert len(rects) <= 2 * 1010 + 2  # 100,000 stretches of 0.01 px: about one rectangle per pixel
+    assert sum(sum(r.parts.values()) for r in rects) == 1_000_000  # nothing lost
+    assert {r.rank for r in rects} == {0, 1}
+
+
 def test_report_library_writes_only_where_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import traceanalyzer as ta
 
@@ -276,6 +312,7 @@ def test_page_without_traces_or_optional_parts() -> None:
     assert "No cross-rank comparison: no collective matched across ranks." in page
     assert "No findings." in page
     assert "No GPU metric samples in the trace and no power log given (--gpu-log)." in page
+    assert "No critical path: the report was made without the traces themselves" in page
 
 
 def test_single_gpu_without_communication_says_what_does_not_apply() -> None:

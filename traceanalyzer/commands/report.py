@@ -49,7 +49,7 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     is returned; the ``report`` command's own default file is :func:`default_output`. ``cdn`` references plotly on
     its CDN instead of inlining it (smaller file, needs network to view).
     """
-    from ..pipeline.summarize import summary_run
+    from ..pipeline.summarize import replay_run, summary_run
     from ..render.html import render_html
     from .output import check_output, write_output
 
@@ -62,7 +62,7 @@ def report(paths: Sequence[PathLike], *, output: PathLike | None = None, rules: 
     run = summary_run(list(paths), rules=rules, jobs=jobs, step_range=step_range, layer_pattern=layer_pattern,
                       gpu_log=gpu_log, progress=progress, window=window,
                       **({"extra": {"gpu_log_tz": gpu_log_tz}} if gpu_log_tz else {}))
-    page = render_html(run.summary, run.traces, cdn=cdn)
+    page = render_html(run.summary, run.traces, cdn=cdn, critical=replay_run(run))
     if target is None:
         return page, run.summary
     write_output(page, target, inputs=inputs)

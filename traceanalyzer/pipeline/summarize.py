@@ -27,9 +27,9 @@ from .stages import LocalTraceWork, TracePart, analyze_trace, classified_once, r
 
 if TYPE_CHECKING:
     from ..analysis.hta_compat import HtaCompatResult
-    from ..analysis.results import Summary
+    from ..analysis.results import DeviceSummary, Summary
     from ..analysis.summary import SummaryOptions
-    from ..analysis.what_if.simulate import WhatIfResult
+    from ..analysis.what_if.simulate import Change, WhatIfResult
 
 ENGINES = ("local", "dask")  # summary engines: this process (+ -j loader processes), a Dask cluster
 
@@ -220,9 +220,7 @@ def whatif(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, sc
     """``ta.whatif(...)``: the run's dependency graph replayed with the changes (none: the critical path and the
     no-change replay); ``options`` as :func:`summary`'s. Bad change texts and a rank the run lacks are
     :class:`BadInputError`. Method: docs/METHOD_WHATIF_SIM.md."""
-    from ..analysis.runs import group_runs
-    from ..analysis.what_if.dep_graph import build_graph
-    from ..analysis.what_if.simulate import parse_changes, simulate
+    from ..analysis.what_if.simulate import parse_changes
 
     first = traces_or_paths if isinstance(traces_or_paths, (str, Path, Trace)) else \
         next(iter(traces_or_paths), None)
@@ -234,15 +232,30 @@ def whatif(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, sc
         raise BadInputError(None, str(exc)) from None
     options.setdefault("findings", False)
     run = summary_run(traces_or_paths, **options)
+    ranks = {d.rank for d in _primary_devices(run)}
+    if rank_like_median is not None and rank_like_median not in ranks:
+        raise BadInputError(where, f"--rank-like-median {rank_like_median}: the run has ranks {sorted(ranks)}")
+    result = replay_run(run, changes)
+    if result is None:
+        raise BadInputError(where, "no step with GPU activity to replay")
+    return result
+
+
+def _primary_devices(run: SummaryRun) -> list[DeviceSummary]:
+    """The devices of the summary's first run (the one cross-rank results use)."""
     devices = run.summary.devices
-    runs = group_runs([t.header() for t in run.traces], devices)
-    primary = set(runs[0].paths) if runs else {d.trace for d in devices}
-    devices = [d for d in devices if d.trace in primary]
-    if rank_like_median is not None and rank_like_median not in {d.rank for d in devices}:
-        raise BadInputError(where, f"--rank-like-median {rank_like_median}: the run has ranks "
-                                   f"{sorted({d.rank for d in devices})}")
+    primary = set(run.summary.runs[0].paths) if run.summary.runs else {d.trace for d in devices}
+    return [d for d in devices if d.trace in primary]
+
+
+def replay_run(run: SummaryRun, changes: Sequence[Change] = ()) -> WhatIfResult | None:
+    """The first run's dependency graph replayed with ``changes`` (none: the critical path of every step and the
+    no-change replay), from a summary run that kept its traces; None when no step has GPU activity."""
+    from ..analysis.what_if.dep_graph import build_graph
+    from ..analysis.what_if.simulate import simulate
+
+    devices = _primary_devices(run)
+    primary = {d.trace for d in devices}
     activities = {key: state.activity for key, state in run.summary.states.items()}
     graph = build_graph([t for t in run.traces if t.path in primary], devices, run.summary.cross_rank, activities)
-    if not graph.steps:
-        raise BadInputError(where, "no step with GPU activity to replay")
-    return simulate(graph, changes)
+    return simulate(graph, list(changes)) if graph.steps else None

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from ..analysis.results import DeviceSummary, Summary
+    from ..analysis.what_if.simulate import WhatIfResult
     from ..model.trace import Trace
 
 MAX_TIMELINES = 16  # devices drawn on the timeline; the rest are listed as omitted
@@ -187,10 +188,17 @@ def _exposed_in(ds: DeviceSummary, window: Any) -> int:
     return int(np.maximum(e - s, 0).sum())
 
 
+def _marked(section: dict[str, Any]) -> dict[str, Any]:
+    """``section`` with its ``body`` (HTML escaped where it was built) marked safe for the template."""
+    return {**section, "body": Markup(section["body"]) if section.get("body") else None}
+
+
 def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = False,
-                generated_at: datetime | None = None) -> str:
+                generated_at: datetime | None = None, critical: WhatIfResult | None = None) -> str:
     """The whole report page as text. ``traces`` (the analysed Traces) feed the timeline; without them it is left
-    out. ``cdn`` loads plotly from its CDN instead of inlining it."""
+    out. ``critical``: the no-change replay of the run (``pipeline.summarize.replay_run``), whose median step's
+    critical path gets a section; without it the section says why. ``cdn`` loads plotly from its CDN instead of
+    inlining it."""
     from .._version import __version__
 
     plots = _Figures()
@@ -225,6 +233,7 @@ def render_html(summary: Summary, traces: Sequence[Trace] = (), *, cdn: bool = F
         "metrics_plot": plots.add(figures.metric_figure(summary.gpu_metrics, plot_text)),
         "power": sections.power_rows(summary.power),
         "notes": sections.method_notes(summary),
+        "critical": _marked(sections.critical_path(critical, traces)),
         **moe_section.html_context(summary, plots.add, plot_text),
     }
     boot = _asset("report.js")

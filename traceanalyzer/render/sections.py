@@ -36,6 +36,7 @@ from .formatting import (
 
 if TYPE_CHECKING:
     from ..analysis.results import CrossRankSummary, DeviceSummary, Summary
+    from ..analysis.what_if.simulate import WhatIfResult
 
 MAX_TABLE_ROWS = 200  # rows shown at once; the next ones sit behind a "more rows" expander
 MAX_EXPANDED_ROWS = 2000  # rows behind the expander at most (the page stays light); `export` has them all
@@ -565,3 +566,19 @@ def combined_line(summary: Summary) -> str | None:
     pct = f" ({c['pct_of_step']:.0f}% of the step)" if c.get("pct_of_step") is not None else ""
     return (f"Together the findings save at most {fmt_ns(c['at_most_ns_per_step'])}/step{pct}, "
             f"not the {fmt_ns(c['sum_of_impacts_ns'])} their impacts add up to{note}")
+
+
+def critical_path(result: WhatIfResult | None, traces: Sequence[object]) -> dict[str, Any]:
+    """The report's critical-path section: the median step's path (``render.whatif.critical_path_html``, escaped
+    by construction), the no-change replay's error and what the path is, or why there is none."""
+    from .whatif import critical_path_html
+
+    body = critical_path_html(result, heading="h3") if result is not None else None
+    if result is None or body is None:
+        why = ("no step with GPU activity to replay" if traces else
+               "the report was made without the traces themselves (the Dask engine keeps them on its workers)")
+        return {"body": None, "empty": f"No critical path: {why}."}
+    return {"body": body, "empty": None, "steps": len(result.steps),
+            "error": fmt_pct(result.no_change_error_pct, 2), "nodes": result.graph["nodes"],
+            "edges": result.graph["edges"], "notes": list(result.graph.get("notes", []))}
+

@@ -3,6 +3,7 @@ replay's error and each change's simulated effect with its assumptions (results 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -68,38 +69,95 @@ _KIND_COLORS = {"transfer": "#d62728", "wait": "#ff9896", "launch": "#bcbd22", "
 _LANE_PX, _WIDTH_PX, _LEFT_PX = 26, 1100, 90
 
 
+@dataclass
+class _Rect:
+    """Consecutive stretches of the path on one rank drawn as one rectangle: those of one colour, and runs of
+    stretches narrower than a pixel (coloured by the kind with most time), so the drawing has at most about two
+    rectangles per pixel of width however long the path (the splits below it stay exact)."""
+
+    rank: int
+    start_ns: int
+    end_ns: int
+    color: str
+    parts: dict[str, int]  # "category · bucket" → time
+    parts_label: str  # the one stretch's own label (edge included) while count is 1
+    count: int = 1
+
+
+def _path_rects(path: StepPath, t0: int, scale: float) -> list[_Rect]:
+    from ..model.buckets import BUCKET_COLORS
+
+    rects: list[_Rect] = []
+    colors: dict[str, str] = {}
+    for s in path.segments:
+        color = BUCKET_COLORS.get(s.bucket, "#1f77b4") if s.category == "compute" else \
+            _KIND_COLORS.get(s.category, "#cccccc")
+        key, length = f"{s.category} · {s.bucket}", s.end_ns - s.start_ns
+        colors[key] = color
+        last = rects[-1] if rects else None
+        narrow = length * scale < 1 and last is not None and (last.end_ns - last.start_ns) * scale < 1
+        if last is not None and last.rank == s.rank and (last.color == color or narrow):
+            last.end_ns = max(last.end_ns, s.end_ns)
+            last.parts[key] = last.parts.get(key, 0) + length
+            last.count += 1
+            last.color = colors[max(last.parts, key=lambda k: last.parts[k])]
+            continue
+        rects.append(_Rect(s.rank, s.start_ns, s.end_ns, color, {key: length},
+                           f"{key} · {s.edge} · {fmt_brief_ns(length)}"))
+    return rects
+
+
 def whatif_html(result: WhatIfResult) -> str:
-    """One offline HTML page (no script): the critical path of the median step drawn over its timeline, one lane
-    per rank, each stretch coloured by its kind (compute by bucket), with the splits beside; every trace string
-    escaped."""
+    """One offline HTML page (no script): :func:`critical_path_html` with the changes and the assumptions."""
+    from html import escape
+
+    parts = ["<!doctype html><meta charset='utf-8'><title>traceanalyzer whatif</title>"
+             "<style>body{font:13px sans-serif;margin:20px}td,th{padding:2px 8px;text-align:right}"
+             "th:first-child,td:first-child{text-align:left}</style><h1>Critical path</h1>"]
+    body = critical_path_html(result)
+    if body is None:
+        return parts[0] + "<p>No step with GPU activity.</p>"
+    parts.append(body)
+    if result.changes:
+        parts.append("<h2>Changes</h2><ul>" + "".join(f"<li>{escape(c)}</li>" for c in result.changes) + "</ul>"
+                     f"<p>Simulated step: {escape(fmt_brief_ns(result.baseline_step_ns))} → "
+                     f"{escape(fmt_brief_ns(result.simulated_step_ns))}</p>")
+    parts.append("<h2>Assumptions</h2><ul>" + "".join(f"<li>{escape(a)}</li>" for a in result.assumptions) + "</ul>")
+    return "\n".join(parts)
+
+
+def critical_path_html(result: WhatIfResult, heading: str = "h2") -> str | None:
+    """The critical path of the median step as HTML without script (the ``whatif --html`` page and the report's
+    section): a line naming the step and what limits it, the path drawn over the step's timeline (one lane per
+    rank, each stretch coloured by its kind, compute by bucket) and its splits by kind, bucket, rank and edge,
+    each adding up to the step. Every trace string is escaped; None without a step."""
     from html import escape
 
     from ..model.buckets import BUCKET_COLORS
 
     path = median_path(result)
-    parts = ["<!doctype html><meta charset='utf-8'><title>traceanalyzer whatif</title>"
-             "<style>body{font:13px sans-serif;margin:20px}td,th{padding:2px 8px;text-align:right}"
-             "th:first-child,td:first-child{text-align:left}</style><h1>Critical path</h1>"]
     if path is None or not path.segments:
-        return parts[0] + "<p>No step with GPU activity.</p>"
+        return None
     t0, t1 = path.segments[0].start_ns, path.segments[-1].end_ns
     ranks = sorted({s.rank for s in path.segments})
     scale = (_WIDTH_PX - _LEFT_PX) / max(t1 - t0, 1)
     height = _LANE_PX * len(ranks) + 30
-    parts.append(f"<p>Median step: rank {path.rank}, step {path.step}, {escape(fmt_brief_ns(path.step_ns))}. "
-                 f"What limits it: {escape(path.limiter())}.</p>")
-    svg = [f"<svg width='{_WIDTH_PX}' height='{height}' role='img'>"]
+    parts = [f"<p>Median step: rank {path.rank}, step {path.step}, {escape(fmt_brief_ns(path.step_ns))}. "
+             f"What limits it: {escape(path.limiter())}.</p>"]
+    svg = [f"<svg width='{_WIDTH_PX}' height='{height}' viewBox='0 0 {_WIDTH_PX} {height}' role='img' "
+           "style='max-width:100%;height:auto'>"]
     for i, r in enumerate(ranks):
         svg.append(f"<text x='0' y='{i * _LANE_PX + 17}'>rank {r}</text>")
-    for s in path.segments:
-        lane = ranks.index(s.rank)
-        color = BUCKET_COLORS.get(s.bucket, "#1f77b4") if s.category == "compute" else \
-            _KIND_COLORS.get(s.category, "#cccccc")
-        x = _LEFT_PX + (s.start_ns - t0) * scale
-        w = max((s.end_ns - s.start_ns) * scale, 0.5)
-        tip = escape(f"{s.category} · {s.bucket} · {s.edge} · {fmt_brief_ns(s.end_ns - s.start_ns)}")
+    for rect in _path_rects(path, t0, scale):
+        lane = ranks.index(rect.rank)
+        top = sorted(rect.parts.items(), key=lambda kv: -kv[1])
+        label = rect.parts_label if len(top) == 1 and rect.count == 1 else \
+            f"{rect.count} stretches, {fmt_brief_ns(rect.end_ns - rect.start_ns)}: " + ", ".join(
+                f"{k} {fmt_brief_ns(v)}" for k, v in top[:3]) + (" …" if len(top) > 3 else "")
+        x = _LEFT_PX + (rect.start_ns - t0) * scale
+        w = max((rect.end_ns - rect.start_ns) * scale, 0.5)
         svg.append(f"<rect x='{x:.2f}' y='{lane * _LANE_PX + 4}' width='{w:.2f}' height='{_LANE_PX - 8}' "
-                   f"fill='{color}'><title>{tip}</title></rect>")
+                   f"fill='{rect.color}'><title>{escape(label)}</title></rect>")
     svg.append(f"<text x='{_LEFT_PX}' y='{height - 6}'>0</text><text x='{_WIDTH_PX - 60}' y='{height - 6}'>"
                f"{escape(fmt_brief_ns(t1 - t0))}</text></svg>")
     parts.append("".join(svg))
@@ -112,10 +170,6 @@ def whatif_html(result: WhatIfResult) -> str:
         rows = "".join(f"<tr><td>{escape(str(k))}</td><td>{escape(fmt_brief_ns(v))}</td>"
                        f"<td>{100.0 * v / path.step_ns:.1f} %</td></tr>"
                        for k, v in sorted(values.items(), key=lambda kv: -kv[1]) if v > 0)
-        parts.append(f"<h2>{title}</h2><table><tr><th></th><th>time</th><th>share</th></tr>{rows}</table>")
-    if result.changes:
-        parts.append("<h2>Changes</h2><ul>" + "".join(f"<li>{escape(c)}</li>" for c in result.changes) + "</ul>"
-                     f"<p>Simulated step: {escape(fmt_brief_ns(result.baseline_step_ns))} → "
-                     f"{escape(fmt_brief_ns(result.simulated_step_ns))}</p>")
-    parts.append("<h2>Assumptions</h2><ul>" + "".join(f"<li>{escape(a)}</li>" for a in result.assumptions) + "</ul>")
+        parts.append(f"<{heading}>{title}</{heading}><table><tr><th></th><th>time</th><th>share</th></tr>{rows}"
+                     "</table>")
     return "\n".join(parts)
