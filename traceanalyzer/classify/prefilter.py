@@ -78,27 +78,105 @@ def backtracking_hazard(pattern: str, flags: int = 0) -> str | None:
     * a repetition repeated without bound (``(a+)+``, ``(\\w*x?)*``); bounded repeats (``{2}``, ``?``) are
       harmless;
     * an unbounded repetition of an alternation that can spell one text two ways (``(a|a)*``, ``(a|aa)+``,
-      ``(ab|a|ba)*``): ``w`` read two ways makes ``w`` repeated n times read 2**n ways. Decided exactly for a
-      body whose texts are finitely many (literals, small character sets, bounded repeats: at most
-      ``_MAX_WORDS``), by the Sardinas–Patterson test; a body with an open class (``\\w``, ``.``) or a
-      lookaround is not judged (plain groups of literals, ``(ab)+``, ``(?:er|ne)+``, ``(foo|foobar)+``, are
-      fine)."""
+      ``(.|\\s)*``, ``(\\d\\d|[0-9])*``): ``w`` read two ways makes ``w`` repeated n times read 2**n ways.
+      Decided by the Sardinas–Patterson test on the body's texts (at most ``_MAX_WORDS``), each character class
+      spelled by one representative character per set of classes it falls in (:class:`_Alphabet`); a body with a
+      lookaround, a back-reference or too many texts is not judged. Plain groups of literals (``(ab)+``,
+      ``(?:er|ne)+``, ``(foo|foobar)+``) are fine."""
     try:
         parsed = _p.parse(pattern, flags)
     except Exception:
         return None
-    return _nested(parsed, inside=False, pattern=pattern)
+    return _nested(parsed, inside=False, flags=parsed.state.flags)
 
 
 _MAX_WORDS = 512  # texts of a repeated body read exactly; a larger body is not judged
+#: characters tried as representatives of the classes: ASCII and a few that fall in other Unicode classes
+#: (accented letter, Arabic-Indic digit, no-break and line-separator spaces, CJK, long s, Kelvin sign)
+_SAMPLES = [chr(i) for i in range(128)] + ["é", "٣", "\u00a0", "\u2028", "中", "ſ", "\u212a"]
+_CATEGORY_TESTS: dict[Any, re.Pattern[str]] = {  # each category as the engine reads it (Unicode str patterns)
+    _c.CATEGORY_DIGIT: re.compile(r"\d"), _c.CATEGORY_NOT_DIGIT: re.compile(r"\D"),
+    _c.CATEGORY_WORD: re.compile(r"\w"), _c.CATEGORY_NOT_WORD: re.compile(r"\W"),
+    _c.CATEGORY_SPACE: re.compile(r"\s"), _c.CATEGORY_NOT_SPACE: re.compile(r"\S"),
+}
 
 
-def _words(items: Any) -> list[str] | None:
-    """Every text the item sequence matches, one entry per way of matching it (so ``a|a`` gives two), or None
-    when the texts are not few and fixed (an open class, a lookaround, a back-reference, too many)."""
+class _Alphabet:
+    """The characters a repeated body's one-character items (literals, sets, ``.``) can match, as
+    representatives: one per distinct answer of all those items together, so two texts of representatives are
+    equal exactly when some real texts can be read both ways (for the characters tried: ``_SAMPLES`` and the
+    pattern's literals)."""
+
+    def __init__(self, items: Any, flags: int) -> None:
+        self.fold = bool(flags & re.IGNORECASE)
+        self.dotall = bool(flags & re.DOTALL)
+        tests: list[tuple[Any, Any]] = []
+        literals: set[str] = set()
+        _collect(items, tests, literals)
+        candidates = list(dict.fromkeys([*_SAMPLES, *sorted(literals)]))
+        seen: dict[tuple[bool, ...], str] = {}
+        for ch in candidates:
+            signature = tuple(bool(self.matches(op, av, ch)) for op, av in tests)
+            if any(signature):
+                seen.setdefault(signature, ch)
+        self.chars = list(seen.values())
+
+    def matches(self, op: Any, av: Any, ch: str) -> bool | None:
+        """Whether the one-character item matches ``ch`` (None: not a one-character item this reads)."""
+        if op is _c.LITERAL or op is _c.NOT_LITERAL:
+            same = ch == chr(av) or (self.fold and ch.lower() == chr(av).lower())
+            return same if op is _c.LITERAL else not same
+        if op is _c.ANY:
+            return self.dotall or ch != "\n"
+        if op is _c.IN:
+            negate = False
+            hit = False
+            for kind, value in av:
+                if kind is _c.NEGATE:
+                    negate = True
+                elif kind is _c.LITERAL:
+                    hit |= ch == chr(value) or (self.fold and ch.lower() == chr(value).lower())
+                elif kind is _c.RANGE:
+                    hit |= any(value[0] <= ord(c) <= value[1] for c in {ch, ch.lower(), ch.upper()}
+                               if self.fold or c == ch)
+                elif kind is _c.CATEGORY and value in _CATEGORY_TESTS:
+                    hit |= _CATEGORY_TESTS[value].match(ch) is not None
+                else:
+                    return None
+            return hit != negate
+        return None
+
+    def of(self, op: Any, av: Any) -> list[str] | None:
+        """The representatives the item matches, or None when it is not a one-character item this reads."""
+        if self.matches(op, av, "a") is None:
+            return None
+        return [ch for ch in self.chars if self.matches(op, av, ch)]
+
+
+def _collect(items: Any, tests: list[tuple[Any, Any]], literals: set[str]) -> None:
+    """The one-character items under ``items`` (and the literal characters among them), for :class:`_Alphabet`."""
+    for op, av in items:
+        if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
+            tests.append((op, av))
+            if op is _c.LITERAL or op is _c.NOT_LITERAL:
+                literals.add(chr(av))
+            elif op is _c.IN:
+                literals.update(chr(v) for k, v in av if k is _c.LITERAL)
+        elif op is _c.SUBPATTERN:
+            _collect(av[3], tests, literals)
+        elif op is _c.BRANCH:
+            for branch in av[1]:
+                _collect(branch, tests, literals)
+        elif op in _REPEATS:
+            _collect(av[2], tests, literals)
+
+
+def _words(items: Any, alphabet: _Alphabet) -> list[str] | None:
+    """Every text (in ``alphabet``'s representatives) the item sequence matches, one entry per way of matching
+    it (so ``a|a`` gives two), or None when the texts are not few (a lookaround, a back-reference, too many)."""
     out = [""]
     for op, av in items:
-        part = _item_words(op, av)
+        part = _item_words(op, av, alphabet)
         if part is None:
             return None
         out = [a + b for a in out for b in part]
@@ -107,43 +185,28 @@ def _words(items: Any) -> list[str] | None:
     return out
 
 
-def _item_words(op: Any, av: Any) -> list[str] | None:
+def _item_words(op: Any, av: Any, alphabet: _Alphabet) -> list[str] | None:
     """:func:`_words` of one parsed item."""
-    if op is _c.LITERAL:
-        return [chr(av)]
-    if op is _c.IN:
-        return _set_chars(av)
+    if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
+        return alphabet.of(op, av)  # a character class matches each character one way
     if op is _c.SUBPATTERN:
-        return _words(av[3])
+        return _words(av[3], alphabet)
     if op is _c.BRANCH:
         part: list[str] = []
         for branch in av[1]:
-            sub = _words(branch)
+            sub = _words(branch, alphabet)
             if sub is None:
                 return None
             part.extend(sub)
         return part
     if op in _REPEATS and av[1] is not _c.MAXREPEAT and av[1] <= 8:
-        return _bounded_repeat_words(av[0], av[1], av[2])
+        return _bounded_repeat_words(av[0], av[1], av[2], alphabet)
     return None
 
 
-def _set_chars(members: Any) -> list[str] | None:
-    """The characters of a ``[...]`` set of literals and small ranges (one way each), else None."""
-    chars: set[str] = set()
-    for kind, value in members:
-        if kind is _c.LITERAL:
-            chars.add(chr(value))
-        elif kind is _c.RANGE and value[1] - value[0] < 64:
-            chars.update(map(chr, range(value[0], value[1] + 1)))
-        else:
-            return None
-    return sorted(chars)
-
-
-def _bounded_repeat_words(low: int, high: int, items: Any) -> list[str] | None:
+def _bounded_repeat_words(low: int, high: int, items: Any, alphabet: _Alphabet) -> list[str] | None:
     """:func:`_words` of ``items{low,high}``."""
-    body = _words(items)
+    body = _words(items, alphabet)
     if body is None:
         return None
     part: list[str] = []
@@ -180,17 +243,17 @@ def _unbounded(op: Any, av: Any) -> bool:
     return op in _REPEATS and av[1] is _c.MAXREPEAT
 
 
-def _nested(items: Any, *, inside: bool, pattern: str) -> str | None:
+def _nested(items: Any, *, inside: bool, flags: int) -> str | None:
     for op, av in items:
         subs: list[Any] = []
         if op in _REPEATS:
             if inside and _unbounded(op, av):
                 return "an unbounded repetition inside another"
             if _unbounded(op, av) and op is not getattr(_c, "POSSESSIVE_REPEAT", None):
-                words = _words(av[2])
+                words = _words(av[2], _Alphabet(av[2], flags))
                 if words is not None and _reads_two_ways(words):
                     return "a repeated alternation that can read one text two ways"
-            found = _nested(av[2], inside=inside or _unbounded(op, av), pattern=pattern)
+            found = _nested(av[2], inside=inside or _unbounded(op, av), flags=flags)
             if found:
                 return found
             continue
@@ -203,7 +266,7 @@ def _nested(items: Any, *, inside: bool, pattern: str) -> str | None:
         elif _ATOMIC is not None and op is _ATOMIC:
             subs = [av]
         for sub in subs:
-            found = _nested(sub, inside=inside, pattern=pattern)
+            found = _nested(sub, inside=inside, flags=flags)
             if found:
                 return found
     return None
