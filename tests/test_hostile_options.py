@@ -8,7 +8,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,6 +68,35 @@ def test_patterns_that_read_each_text_one_way_are_allowed(pattern: str) -> None:
     for text in ("a" * 26 + "!", "1" * 26 + "!", "x1" * 13 + "!", "\n" * 26 + "!"):
         re.search(pattern, text)
     assert time.monotonic() - started < 1
+
+
+def test_the_backtracking_check_reads_a_bounded_number_of_classes(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    """A rules file crafted so that the check itself would be slow (thousands of distinct classes in repeated
+    alternations) is refused at the check's limit, quickly; repeated bodies without a choice cost nothing."""
+    from traceanalyzer.classify.prefilter import MAX_CHECKED_CLASSES
+
+    names = tmp_path / "names.txt"
+    names.write_text("k\n")
+
+    def rules(body: Callable[[int], str], count: int) -> Path:
+        path = tmp_path / "many.toml"
+        path.write_text("".join(f"[[rule]]\nid = \"r{i}\"\nbucket = \"gemm\"\nmatch = '({body(i)})*y'\n"
+                                for i in range(count)), encoding="utf-8")
+        return path
+
+    def classes(i: int, sep: str) -> str:
+        return sep.join(f"[^{chr(0x4E00 + (i * 41 + j) % 5000)}]x" for j in range(40))
+
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules",
+                                    str(rules(lambda i: classes(i, "|"), MAX_CHECKED_CLASSES // 41 + 5))])
+    assert_one_line(code, err, f"more character classes in repeated groups than the check reads "
+                               f"({MAX_CHECKED_CLASSES:,} in all)")
+    code, _, err = run_cli(capsys, ["classify", str(names), "--rules",
+                                    str(rules(lambda i: classes(i, ""), MAX_CHECKED_CLASSES // 41 + 5))])
+    assert code == 0, err  # one shape per body: nothing to read two ways, nothing counted
+    assert time.monotonic() - started < 20
 
 
 def test_the_shipped_rules_have_no_backtracking_hazard() -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 # the standard library's own regex parser (re._parser since Python 3.11, sre_parse before)
@@ -87,10 +90,35 @@ def backtracking_hazard(pattern: str, flags: int = 0) -> str | None:
         parsed = _p.parse(pattern, flags)
     except Exception:
         return None
-    return _nested(parsed, inside=False, flags=parsed.state.flags)
+    shared = _BUDGET.get()
+    budget = shared if shared is not None else [MAX_CHECKED_CLASSES]
+    try:
+        return _nested(parsed, inside=False, flags=parsed.state.flags, budget=budget)
+    except _OverBudget:
+        return OVER_BUDGET
+
+
+class _OverBudget(Exception):
+    """The patterns hold more one-character items in repeated bodies than :data:`MAX_CHECKED_CLASSES`."""
 
 
 _MAX_WORDS = 512  # texts of a repeated body read exactly; a larger body is not judged
+#: distinct one-character items (sets, ``.``, literals) of repeated bodies the check reads per pattern, or per
+#: rules file inside :func:`class_budget` (about 0.3 ms each: the check stays under ~1 s however crafted)
+MAX_CHECKED_CLASSES = 4096
+_BUDGET: ContextVar[list[int] | None] = ContextVar("hazard_class_budget", default=None)
+OVER_BUDGET = f"more character classes in repeated groups than the check reads ({MAX_CHECKED_CLASSES:,} in all)"
+
+
+@contextmanager
+def class_budget() -> Iterator[None]:
+    """Inside the block every :func:`backtracking_hazard` call draws on one budget of
+    :data:`MAX_CHECKED_CLASSES` (a rules file's patterns together)."""
+    token = _BUDGET.set([MAX_CHECKED_CLASSES])
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
 #: characters tried as representatives of the classes: ASCII and a few that fall in other Unicode classes
 #: (accented letter, Arabic-Indic digit, no-break and line-separator spaces, CJK, long s, Kelvin sign)
 _SAMPLES = [chr(i) for i in range(128)] + ["é", "٣", "\u00a0", "\u2028", "中", "ſ", "\u212a"]
@@ -107,12 +135,16 @@ class _Alphabet:
     equal exactly when some real texts can be read both ways (for the characters tried: ``_SAMPLES`` and the
     pattern's literals)."""
 
-    def __init__(self, items: Any, flags: int) -> None:
+    def __init__(self, items: Any, flags: int, budget: list[int]) -> None:
         self.fold = bool(flags & re.IGNORECASE)
         self.dotall = bool(flags & re.DOTALL)
-        tests: list[tuple[Any, Any]] = []
+        found: list[tuple[Any, Any]] = []
         literals: set[str] = set()
-        _collect(items, tests, literals)
+        _collect(items, found, literals)
+        tests = list({repr(t): t for t in found}.values())  # one test per distinct item
+        budget[0] -= len(tests)
+        if budget[0] < 0:
+            raise _OverBudget
         candidates = list(dict.fromkeys([*_SAMPLES, *sorted(literals)]))
         seen: dict[tuple[bool, ...], str] = {}
         for ch in candidates:
@@ -151,6 +183,19 @@ class _Alphabet:
         if self.matches(op, av, "a") is None:
             return None
         return [ch for ch in self.chars if self.matches(op, av, ch)]
+
+
+def _has_choice(items: Any) -> bool:
+    """Whether the items can match in more than one shape: an alternation, or a repeat of varying count (a body
+    without either reads every text one way: its texts all have one length, one item per position)."""
+    for op, av in items:
+        if op is _c.BRANCH or (op in _REPEATS and av[0] != av[1]):
+            return True
+        if op is _c.SUBPATTERN and _has_choice(av[3]):
+            return True
+        if op in _REPEATS and _has_choice(av[2]):
+            return True
+    return False
 
 
 def _collect(items: Any, tests: list[tuple[Any, Any]], literals: set[str]) -> None:
@@ -243,17 +288,17 @@ def _unbounded(op: Any, av: Any) -> bool:
     return op in _REPEATS and av[1] is _c.MAXREPEAT
 
 
-def _nested(items: Any, *, inside: bool, flags: int) -> str | None:
+def _nested(items: Any, *, inside: bool, flags: int, budget: list[int]) -> str | None:
     for op, av in items:
         subs: list[Any] = []
         if op in _REPEATS:
             if inside and _unbounded(op, av):
                 return "an unbounded repetition inside another"
             if _unbounded(op, av) and op is not getattr(_c, "POSSESSIVE_REPEAT", None):
-                words = _words(av[2], _Alphabet(av[2], flags))
+                words = _words(av[2], _Alphabet(av[2], flags, budget)) if _has_choice(av[2]) else None
                 if words is not None and _reads_two_ways(words):
                     return "a repeated alternation that can read one text two ways"
-            found = _nested(av[2], inside=inside or _unbounded(op, av), flags=flags)
+            found = _nested(av[2], inside=inside or _unbounded(op, av), flags=flags, budget=budget)
             if found:
                 return found
             continue
@@ -266,7 +311,7 @@ def _nested(items: Any, *, inside: bool, flags: int) -> str | None:
         elif _ATOMIC is not None and op is _ATOMIC:
             subs = [av]
         for sub in subs:
-            found = _nested(sub, inside=inside, flags=flags)
+            found = _nested(sub, inside=inside, flags=flags, budget=budget)
             if found:
                 return found
     return None

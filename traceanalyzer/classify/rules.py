@@ -33,7 +33,7 @@ from typing import Any
 
 from ..model.buckets import BUCKETS, MOE_BUCKETS, MOE_STAGES
 from ..model.errors import RulesError
-from .prefilter import backtracking_hazard, required_literals
+from .prefilter import OVER_BUDGET, backtracking_hazard, class_budget, required_literals
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -208,6 +208,9 @@ def _compile(text: Any, flags: int, key: str, where: str, path: str, lowercase: 
     except (re.error, RecursionError, OverflowError) as exc:
         raise _fail(path, f"{where}: bad regex in '{key}': {exc}") from None
     nested = backtracking_hazard(pattern.pattern, pattern.flags)
+    if nested == OVER_BUDGET:
+        raise _fail(path, f"{where}: the regex in '{key}' takes the rules past what the backtracking check reads: "
+                    f"{nested}")
     if nested:
         raise _fail(path, f"{where}: the regex in '{key}' has {nested}, whose backtracking can take exponential "
                     "time on a long name — repeat a plain group instead (e.g. '(ab)+', not '(a+b)+')")
@@ -275,7 +278,8 @@ def parse_rules(text: str, path: str) -> tuple[Rule, ...]:
     raw_rules = doc.get("rule")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise _fail(path, "no [[rule]] tables")
-    rules = tuple(compile_rule(r, i, path) for i, r in enumerate(raw_rules))
+    with class_budget():  # the backtracking check reads a bounded number of classes over the whole file
+        rules = tuple(compile_rule(r, i, path) for i, r in enumerate(raw_rules))
     seen: set[str] = set()
     for rule in rules:
         if rule.id in seen:
