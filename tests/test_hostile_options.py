@@ -359,12 +359,12 @@ def test_sigterm_under_jobs_stops_the_workers(tmp_path: Path) -> None:
             time.sleep(0.05)
         time.sleep(0.8)
         proc.send_signal(signal.SIGTERM)  # the parent only, as `kill PID` does
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
         time.sleep(0.5)
         left = _survivors(str(script))
-    assert proc.returncode == 128 + signal.SIGTERM and left == []
+    assert proc.returncode == 128 + signal.SIGTERM and left == [], (proc.returncode, err[-2000:])
 
 
 def test_a_result_cut_by_the_file_size_limit_is_exit_2(tmp_path: Path) -> None:

@@ -491,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("Interrupted.", err=True)
         return 130
     except Exception as exc:  # the one place an unexpected failure becomes a message
+        if _TERMINATED:  # raised while SIGTERM unwound the command: its exit code, no message
+            return 128 + _TERMINATED[0]
         if show_tb:
             raise
         click.echo(f"Error: internal error: {type(exc).__name__}: {printable(exc)} — rerun with --traceback and "
@@ -530,12 +532,18 @@ def _at_file_size_limit() -> bool:
         return False
 
 
+#: the signals that ended the command (set by :func:`_terminate_as_interrupt`'s handler): a failure met on the way
+#: out (a pool torn down mid-call, a half-done import) is the signal's doing, not a bug, and exits as the signal
+_TERMINATED: list[int] = []
+
+
 def _terminate_as_interrupt() -> None:
     """SIGTERM ends the command as Ctrl-C does (worker pools terminated, temporary files removed by the ``finally``
     blocks on the way out), with exit 143, the shell's code for it."""
     import signal
 
     def handler(signum: int, _frame: object) -> None:
+        _TERMINATED.append(signum)
         raise SystemExit(128 + signum)
 
     if hasattr(signal, "SIGTERM"):
@@ -570,7 +578,10 @@ def run() -> None:
     (the trace's arrays and names die with the process; 0.15 s on a 377 MB trace). Output is flushed first."""
     _map_big_arrays()
     _terminate_as_interrupt()
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:  # SIGTERM (its handler raises this); any other exit keeps its code
+        code = 128 + _TERMINATED[0] if _TERMINATED else exc.code if isinstance(exc.code, int) else 1
     try:
         sys.stdout.flush()
         sys.stderr.flush()
