@@ -124,6 +124,18 @@ def test_summary_options_carry_thresholds_and_disabled_rules():
     assert "comm_serialized_with_compute" in ids
 
 
+def test_summary_options_read_extra_into_typed_fields_and_refuse_unknown_keys():
+    import pytest
+
+    from traceanalyzer.model.errors import BadInputError
+
+    opts = SummaryOptions(extra={"disabled_findings": ["gpu_idle"], "gpu_log_utc_offset_s": 3600})
+    assert opts.disabled_findings == {"gpu_idle"} and opts.gpu_log_utc_offset_s == 3600
+    assert SummaryOptions(disabled_findings=frozenset({"gpu_idle"})).disabled_findings == opts.disabled_findings
+    with pytest.raises(BadInputError, match="unknown extra option 'gpu_log_tzz'"):
+        SummaryOptions(extra={"gpu_log_tzz": "Asia/Kolkata"})  # a typo was ignored before
+
+
 def test_every_rule_is_registered_and_documented():
     from traceanalyzer.findings import RULE_IDS, _registry
 

@@ -26,7 +26,8 @@ def summary(traces_or_paths: Trace | PathLike | Sequence[Trace | PathLike], *, s
     ``step_range`` names the NVTX/record_function range marking a step, ``layer_pattern`` the regex of layer
     ranges, ``rules`` a TOML file of extra classification rules, ``gpu_log`` an nvidia-smi CSV log; ``jobs``
     worker processes load files; ``findings=False`` skips the findings rules; ``extra`` passes
-    ``finding_thresholds`` / ``disabled_findings``. ``progress`` and ``window`` (``"START:END"`` seconds from the
+    ``finding_thresholds`` / ``disabled_findings`` / ``gpu_log_tz`` / ``gpu_log_utc_offset_s`` (another key is
+    :class:`BadInputError`). ``progress`` and ``window`` (``"START:END"`` seconds from the
     capture start) apply to paths only. ``engine="dask"`` loads and analyses each rank file on a Dask worker
     (``scheduler``: its address, else ``$DASK_SCHEDULER_ADDRESS``, else a local cluster of ``jobs`` workers;
     ``pip install 'traceanalyzer[dask]'``); the answer is the local engine's.

@@ -3,11 +3,12 @@ trace and a trace's header facts. The summary itself is assembled by :mod:`trace
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import numpy as np
 
+from ..model.errors import BadInputError
 from ..model.trace import PathLike, Trace
 from .results import TraceMeta
 from .structure.layer_pattern import DEFAULT_LAYER_PATTERN
@@ -23,6 +24,7 @@ from .structure.layer_pattern import DEFAULT_LAYER_PATTERN
 #: (``per_layer``) keeps its layers and their steps and windows but leaves out their times (``comm_ns``,
 #: ``comm_exposed_ns``, ``compute_ns``). ``moe``: the MoE layers (``Summary.moe``, docs/MOE.md; the MoE findings
 #: then stay silent).
+EXTRA_OPTIONS = ("finding_thresholds", "disabled_findings", "gpu_log_tz", "gpu_log_utc_offset_s")
 SKIPPABLE = frozenset({"top_kernels", "in_steps", "bucket_exclusive", "comm_idle_gaps", "what_if_range",
                        "finding_evidence", "layer_numbers", "moe"})
 
@@ -37,11 +39,21 @@ class SummaryOptions:
     gpu_log: PathLike | None = None  # nvidia-smi CSV log to align with the traces
     jobs: int = 1  # worker processes for loading
     findings: bool = True  # run the findings rules
-    extra: dict[str, Any] = field(default_factory=dict)
     skip: frozenset[str] = frozenset()  # parts of SKIPPABLE left out (a diff's summaries skip all of them)
+    finding_thresholds: Any = None  # a findings.FindingThresholds; None: the defaults
+    disabled_findings: frozenset[str] = frozenset()  # finding ids not to run
+    gpu_log_tz: str | None = None  # the zone --gpu-log timestamps are written in (None: UTC unless the log says)
+    gpu_log_utc_offset_s: int | None = None  # the same as a fixed offset from UTC, in seconds
+    #: ``ta.summary(extra={...})``: the four fields above by name (any other key is an error)
+    extra: InitVar[dict[str, Any] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, extra: dict[str, Any] | None) -> None:
+        for key, value in (extra or {}).items():
+            if key not in EXTRA_OPTIONS:
+                raise BadInputError(None, f"unknown extra option {key!r}", f"one of {', '.join(EXTRA_OPTIONS)}")
+            setattr(self, key, value)
         self.skip = frozenset(self.skip)
+        self.disabled_findings = frozenset(self.disabled_findings)
         unknown = self.skip - SKIPPABLE
         if unknown:
             raise ValueError(f"unknown summary part(s) to skip: {', '.join(sorted(unknown))} "

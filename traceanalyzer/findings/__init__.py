@@ -60,14 +60,13 @@ class FindingOptions:
 
 
 def _options(options: Any) -> FindingOptions:
-    """FindingOptions from ``options``: itself, or a SummaryOptions whose ``extra`` may hold
-    ``finding_thresholds`` (FindingThresholds) and ``disabled_findings`` (rule ids), or anything with a
-    ``thresholds`` attribute."""
+    """FindingOptions from ``options``: itself, or a SummaryOptions (its ``finding_thresholds`` and
+    ``disabled_findings``), or anything with a ``thresholds`` attribute."""
     if isinstance(options, FindingOptions):
         return options
-    extra = getattr(options, "extra", None) or {}
-    thresholds = extra.get("finding_thresholds") or getattr(options, "thresholds", None) or FindingThresholds()
-    return FindingOptions(thresholds=thresholds, disabled=frozenset(extra.get("disabled_findings", ())))
+    thresholds = getattr(options, "finding_thresholds", None) or getattr(options, "thresholds", None) or \
+        FindingThresholds()
+    return FindingOptions(thresholds=thresholds, disabled=frozenset(getattr(options, "disabled_findings", ())))
 
 
 def run_findings(traces: list[Trace], summary: Summary, options: Any = None,

@@ -161,8 +161,7 @@ def reduce_parts(parts: list[TracePart], options: SummaryOptions, work: TraceWor
     result.platform = platform_facts([p.platform for p in parts if p.platform is not None], cross, devices)
     result.moe = moe_summary([d.moe for d in devices if d.moe is not None], {d.rank for d in run_devices})
     if options.gpu_log is not None:
-        result.power = _power(headers, devices, options.gpu_log, options.extra.get("gpu_log_utc_offset_s"),
-                              options.extra.get("gpu_log_tz"))
+        result.power = _power(headers, devices, options.gpu_log, options.gpu_log_utc_offset_s, options.gpu_log_tz)
         if result.power and result.power.get("warning"):
             result.warnings.append(result.power["warning"])
     if options.findings:
