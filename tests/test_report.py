@@ -232,7 +232,7 @@ def test_critical_path_drawing_is_bounded_by_pixels_not_stretches() -> None:
                 for i in range(100_000)]
     path = StepPath(rank=0, step=0, ordinal=0, step_ns=1_000_000, by_category={}, by_bucket={}, by_rank={},
                     by_edge={}, segments=segments)
-    rects = _path_rects(path, 0, 1010 / 1_000_000)
+    rects = _path_rects(path, 1010 / 1_000_000)
     assert len(rects) <= 2 * 1010 + 2  # 100,000 stretches of 0.01 px: about one rectangle per pixel
     assert sum(sum(r.parts.values()) for r in rects) == 1_000_000  # nothing lost
     assert {r.rank for r in rects} == {0, 1}

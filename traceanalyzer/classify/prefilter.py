@@ -119,6 +119,8 @@ def class_budget() -> Iterator[None]:
         yield
     finally:
         _BUDGET.reset(token)
+
+
 #: characters tried as representatives of the classes: ASCII and a few that fall in other Unicode classes
 #: (accented letter, Arabic-Indic digit, no-break and line-separator spaces, CJK, long s, Kelvin sign)
 _SAMPLES = [chr(i) for i in range(128)] + ["é", "٣", "\u00a0", "\u2028", "中", "ſ", "\u212a"]

@@ -581,4 +581,3 @@ def critical_path(result: WhatIfResult | None, traces: Sequence[object]) -> dict
     return {"body": body, "empty": None, "steps": len(result.steps),
             "error": fmt_pct(result.no_change_error_pct, 2), "nodes": result.graph["nodes"],
             "edges": result.graph["edges"], "notes": list(result.graph.get("notes", []))}
-

@@ -84,7 +84,7 @@ class _Rect:
     count: int = 1
 
 
-def _path_rects(path: StepPath, t0: int, scale: float) -> list[_Rect]:
+def _path_rects(path: StepPath, scale: float) -> list[_Rect]:
     from ..model.buckets import BUCKET_COLORS
 
     rects: list[_Rect] = []
@@ -148,8 +148,9 @@ def critical_path_html(result: WhatIfResult, heading: str = "h2") -> str | None:
            "style='max-width:100%;height:auto'>"]
     for i, r in enumerate(ranks):
         svg.append(f"<text x='0' y='{i * _LANE_PX + 17}'>rank {r}</text>")
-    for rect in _path_rects(path, t0, scale):
-        lane = ranks.index(rect.rank)
+    lanes = {r: i for i, r in enumerate(ranks)}
+    for rect in _path_rects(path, scale):
+        lane = lanes[rect.rank]
         top = sorted(rect.parts.items(), key=lambda kv: -kv[1])
         label = rect.parts_label if len(top) == 1 and rect.count == 1 else \
             f"{rect.count} stretches, {fmt_brief_ns(rect.end_ns - rect.start_ns)}: " + ", ".join(
